@@ -1,0 +1,41 @@
+# tunefleet: every target creates .venv and installs what it needs on a fresh machine.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+# The CPU build of PyTorch (a plain `torch` would pull gigabytes of CUDA).
+TORCH := torch==2.13.0
+
+.PHONY: demo test test-fast check bench bench-peers clean
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet $(TORCH)
+	$(BIN)/pip install --quiet -e '.[dev,torch]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/python examples/lstm_sunspots.py
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not slow"
+
+check: $(STAMP)
+	$(BIN)/ruff check src tests examples benchmarks
+	$(BIN)/ruff format --check src tests examples benchmarks
+	$(BIN)/mypy --strict
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/overhead.py
+
+bench-peers:
+	$(PY) -m venv .venv-peers
+	.venv-peers/bin/pip install --quiet --upgrade pip
+	.venv-peers/bin/pip install --quiet 'ray[tune]' optuna
+
+clean:
+	rm -rf $(VENV) .venv-peers build dist src/*.egg-info .mypy_cache .ruff_cache .pytest_cache

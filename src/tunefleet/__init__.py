@@ -1,0 +1,105 @@
+"""tunefleet: hyperparameter tuning with Ray Tune's API, fast, isolated and durable.
+
+    import tunefleet as tune
+
+    tuner = tune.Tuner(train, param_space={"lr": tune.loguniform(1e-4, 1e-1)},
+                       tune_config=tune.TuneConfig(metric="loss", mode="min", num_samples=20))
+    results = tuner.fit()
+
+Importing this package is light: pandas, torch and ray are loaded only when used.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+from tunefleet.callbacks import Callback
+from tunefleet.checkpoint import Checkpoint
+from tunefleet.config import CheckpointConfig, FailureConfig, RunConfig, TuneConfig
+from tunefleet.session import TuneContext, get_checkpoint, get_context, report
+from tunefleet.space import (
+    choice,
+    grid_search,
+    lograndint,
+    loguniform,
+    qlograndint,
+    qloguniform,
+    qrandint,
+    qrandn,
+    quniform,
+    randint,
+    randn,
+    sample_from,
+    uniform,
+)
+from tunefleet.stoppers import Stopper
+from tunefleet.trainable import Trainable, with_parameters, with_resources
+from tunefleet.trial import FailureKind, FailureRecord, Trial, TrialStatus
+from tunefleet.tuner import TuneError, Tuner, run
+
+if TYPE_CHECKING:
+    from tunefleet.results import ExperimentAnalysis, Result, ResultGrid, TrialError
+
+logging.getLogger("tunefleet").addHandler(logging.NullHandler())
+
+_LAZY = {
+    "ResultGrid": "tunefleet.results",
+    "Result": "tunefleet.results",
+    "ExperimentAnalysis": "tunefleet.results",
+    "TrialError": "tunefleet.results",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tunefleet' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)
+
+
+__all__ = [
+    "Callback",
+    "Checkpoint",
+    "CheckpointConfig",
+    "ExperimentAnalysis",
+    "FailureConfig",
+    "FailureKind",
+    "FailureRecord",
+    "Result",
+    "ResultGrid",
+    "RunConfig",
+    "Stopper",
+    "Trainable",
+    "Trial",
+    "TrialError",
+    "TrialStatus",
+    "TuneConfig",
+    "TuneContext",
+    "TuneError",
+    "Tuner",
+    "__version__",
+    "choice",
+    "get_checkpoint",
+    "get_context",
+    "grid_search",
+    "lograndint",
+    "loguniform",
+    "qlograndint",
+    "qloguniform",
+    "qrandint",
+    "qrandn",
+    "quniform",
+    "randint",
+    "randn",
+    "report",
+    "run",
+    "sample_from",
+    "uniform",
+    "with_parameters",
+    "with_resources",
+]

@@ -1,0 +1,178 @@
+"""Assemble an experiment from validated configs and run it to its end."""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+from tunefleet import __version__
+from tunefleet._progress import StatusReporter
+from tunefleet.backends.local import LocalBackend
+from tunefleet.checkpoint import CheckpointKeeper
+from tunefleet.config import RunConfig, TuneConfig
+from tunefleet.controller import Controller, ExperimentSpec
+from tunefleet.resources import normalize_resources
+from tunefleet.schedulers import FIFOScheduler, TrialScheduler
+from tunefleet.search import BasicVariantGenerator, Searcher
+from tunefleet.trainable import trainable_name
+from tunefleet.tuner import experiment_dir, new_id_prefix, resources_of
+
+
+def run_experiment(
+    trainable: Any, param_space: dict[str, Any], tune_config: TuneConfig, run_config: RunConfig
+) -> str:
+    """Run the experiment; return its directory."""
+    from tunefleet.space import space_to_json
+    from tunefleet.stoppers import make_stopper
+    from tunefleet.store import ExperimentStore
+
+    metric, mode = tune_config.metric, tune_config.mode
+    searcher = _searcher(tune_config, param_space)
+    scheduler = _scheduler(tune_config)
+    stopper = make_stopper(run_config.stop)
+    resources = resources_of(trainable)
+    totals = None
+    if run_config.resources is not None:
+        given = normalize_resources(run_config.resources, "RunConfig.resources")
+        totals = {k: v for k, v in given.items() if _given(run_config.resources, k)}
+    name, path = experiment_dir(run_config.storage_path, run_config.name, trainable)
+    backend = LocalBackend(
+        trainable=trainable,
+        experiment_name=name,
+        experiment_path=path,
+        reuse_actors=tune_config.reuse_actors,
+        resources=totals,
+    )
+    unfit = backend.unfit_reason(resources)
+    if unfit is not None:
+        backend.shutdown()
+        raise ValueError(
+            f"No trial of {trainable_name(trainable)} can ever run on this machine: each {unfit}. "
+            "Ask for less with tune.with_resources(...), or declare the machine's resources "
+            "with RunConfig(resources={...})"
+        )
+    store = ExperimentStore(path)
+    store.write_meta(
+        {
+            "name": name,
+            "trainable": trainable_name(trainable),
+            "metric": metric,
+            "mode": mode,
+            "param_space": space_to_json(param_space),
+            "num_samples": tune_config.num_samples,
+            "created_at": time.time(),
+            "status": "running",
+            "searcher": type(searcher).__name__,
+            "scheduler": type(scheduler).__name__,
+            "stop": run_config.stop if isinstance(run_config.stop, dict) else None,
+            "resources_per_trial": resources,
+            "tunefleet_version": __version__,
+        }
+    )
+    store.flush()
+    ckpt = run_config.checkpoint_config
+    spec = ExperimentSpec(
+        name=name,
+        path=path,
+        trainable_name=trainable_name(trainable),
+        resources=resources,
+        metric=metric,
+        mode=mode,
+        num_samples=tune_config.num_samples,
+        max_concurrent=_max_concurrent(tune_config, backend.capacity(), resources),
+        time_budget_s=tune_config.time_budget_s,
+        max_failures=run_config.failure_config.max_failures,
+        fail_fast=run_config.failure_config.fail_fast,
+        stop_criteria=_flat_criteria(run_config.stop),
+        checkpoint_frequency=ckpt.checkpoint_frequency,
+        checkpoint_at_end=bool(ckpt.checkpoint_at_end),
+        trial_name_creator=tune_config.trial_name_creator,
+        trial_dirname_creator=tune_config.trial_dirname_creator,
+        id_prefix=new_id_prefix(),
+    )
+    reporter = StatusReporter(verbose=run_config.verbose, metric=metric, mode=mode)
+    controller = Controller(
+        spec=spec,
+        backend=backend,
+        store=store,
+        searcher=searcher,
+        scheduler=scheduler,
+        stopper=stopper,
+        keeper=CheckpointKeeper(
+            ckpt.num_to_keep, ckpt.checkpoint_score_attribute, ckpt.checkpoint_score_order
+        ),
+        callbacks=list(run_config.callbacks or []),
+        reporter=reporter,
+    )
+    status = "failed"
+    try:
+        controller.run()
+        status = "interrupted" if controller.stop_reason == "interrupted" else "finished"
+    finally:
+        store.write_meta(
+            {"status": status, "ended_at": time.time(), "stop_reason": controller.stop_reason}
+        )
+        store.close()
+        reporter.finish(list(controller.trials.values()), path, controller.stop_reason)
+    return path
+
+
+def _given(spec: dict[str, Any], key: str) -> bool:
+    aliases = {"cpu": ("cpu", "cpus", "num_cpus"), "gpu": ("gpu", "gpus", "num_gpus")}
+    return any(k.lower() in aliases.get(key, (key,)) for k in spec)
+
+
+def _searcher(tune_config: TuneConfig, param_space: dict[str, Any]) -> Searcher:
+    searcher = tune_config.search_alg or BasicVariantGenerator()
+    if not isinstance(searcher, Searcher):
+        raise TypeError(
+            f"TuneConfig.search_alg={searcher!r} is not a tunefleet Searcher (see tunefleet.search)"
+        )
+    ok = searcher.set_search_properties(
+        tune_config.metric, tune_config.mode, param_space, num_samples=tune_config.num_samples
+    )
+    if not ok:
+        raise ValueError(f"{type(searcher).__name__} cannot be used with this search space")
+    return searcher
+
+
+def _scheduler(tune_config: TuneConfig) -> TrialScheduler:
+    scheduler = tune_config.scheduler or FIFOScheduler()
+    if not isinstance(scheduler, TrialScheduler):
+        raise TypeError(
+            f"TuneConfig.scheduler={scheduler!r} is not a tunefleet TrialScheduler "
+            "(see tunefleet.schedulers)"
+        )
+    scheduler.set_search_properties(tune_config.metric, tune_config.mode)
+    return scheduler
+
+
+def _max_concurrent(
+    tune_config: TuneConfig, capacity: dict[str, float], resources: dict[str, float]
+) -> int:
+    """How many trials at once: what fits, capped by max_concurrent_trials."""
+    fits = math.inf
+    for name, amount in resources.items():
+        if amount > 0:
+            fits = min(fits, capacity.get(name, 0.0) / amount)
+    if math.isinf(fits):  # a trial that needs nothing: one per core
+        fits = capacity.get("cpu", 1.0)
+    limit = max(1, int(fits + 1e-9))
+    if tune_config.max_concurrent_trials is not None:
+        limit = min(limit, tune_config.max_concurrent_trials)
+    return limit
+
+
+def _flat_criteria(stop: Any) -> dict[str, float]:
+    """The numeric, flat-key part of a dict stop condition: trials check it themselves."""
+    if not isinstance(stop, dict):
+        return {}
+    return {
+        k: float(v)
+        for k, v in stop.items()
+        if isinstance(k, str)
+        and "/" not in k
+        and isinstance(v, (int, float))
+        and not isinstance(v, bool)
+    }

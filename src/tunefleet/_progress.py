@@ -1,0 +1,137 @@
+"""Minimal progress output: a status line while running, and the end-of-run summary.
+
+verbose=0 prints nothing; 1 a status line (in place on a terminal, a plain line
+every 30 s otherwise) and the summary; 2 also one line per trial that ends.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from collections import Counter
+from typing import Any, TextIO
+
+from tunefleet.trial import Trial, TrialStatus
+
+
+class StatusReporter:
+    def __init__(
+        self, *, verbose: int, metric: str | None, mode: str | None, out: TextIO | None = None
+    ):
+        self.verbose = verbose
+        self.metric = metric
+        self.mode = mode
+        self.out = out or sys.stdout
+        self.tty = self.out.isatty()
+        self.interval = 1.0 if self.tty else 30.0
+        self.start = time.monotonic()
+        self._last = 0.0
+        self._reported_ends: set[str] = set()
+        self._line_len = 0
+
+    def update(self, controller: Any) -> None:
+        if self.verbose == 0:
+            return
+        trials: dict[str, Trial] = controller.trials
+        if self.verbose >= 2:
+            for trial in trials.values():
+                if trial.status.is_finished and trial.trial_id not in self._reported_ends:
+                    self._reported_ends.add(trial.trial_id)
+                    self._print(f"Trial {trial.name} {trial.status.value}: {self._describe(trial)}")
+        now = time.monotonic()
+        if now - self._last < self.interval:
+            return
+        self._last = now
+        line = self.status_line(list(trials.values()))
+        if self.tty:
+            pad = max(0, self._line_len - len(line))
+            self.out.write("\r" + line + " " * pad)
+            self.out.flush()
+            self._line_len = len(line)
+        else:
+            self._print(line)
+
+    def status_line(self, trials: list[Trial]) -> str:
+        counts = Counter(t.status.value for t in trials)
+        parts = [f"{n} {s.lower()}" for s, n in sorted(counts.items())]
+        elapsed = _duration(time.monotonic() - self.start)
+        best = self.best(trials)
+        best_text = ""
+        if best is not None and best.last_result is not None and self.metric:
+            best_text = (
+                f" | best {self.metric}={_num(best.last_result[self.metric])} ({best.trial_id})"
+            )
+        return f"[{elapsed}] {len(trials)} trials: {', '.join(parts) or 'starting'}{best_text}"
+
+    def best(self, trials: list[Trial]) -> Trial | None:
+        if not self.metric or not self.mode:
+            return None
+        sign = 1.0 if self.mode == "min" else -1.0
+        scored = []
+        for trial in trials:
+            value = (trial.last_result or {}).get(self.metric)
+            if isinstance(value, (int, float)) and math.isfinite(value):
+                scored.append((sign * value, trial.index, trial))
+        return min(scored)[2] if scored else None
+
+    def summary(self, trials: list[Trial], experiment_path: str, stop_reason: str | None) -> str:
+        counts = Counter(t.status.value for t in trials)
+        lines = [
+            "",
+            f"Experiment finished in {_duration(time.monotonic() - self.start)}: "
+            + (", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no trials"),
+        ]
+        if stop_reason:
+            lines.append(f"Stopped early: {stop_reason}")
+        best = self.best(trials)
+        if best is not None and best.last_result is not None and self.metric:
+            lines.append(
+                f"Best trial {best.trial_id}: {self.metric}={_num(best.last_result[self.metric])}"
+                f" (last result, mode={self.mode})"
+            )
+            lines.append(f"  config: {best.config}")
+        failed = [t for t in trials if t.status is TrialStatus.ERROR]
+        for trial in failed[:20]:
+            cause = trial.error.one_line() if trial.error else "unknown cause"
+            lines.append(f"  FAILED {trial.trial_id}: {cause}")
+        if len(failed) > 20:
+            lines.append(f"  ... and {len(failed) - 20} more failed trials")
+        lines.append(f"Results: {experiment_path}")
+        lines.append(
+            f"Inspect: tunefleet show {experiment_path} | tunefleet best {experiment_path}"
+            + (f" | tunefleet errors {experiment_path}" if failed else "")
+        )
+        return "\n".join(lines)
+
+    def finish(self, trials: list[Trial], experiment_path: str, stop_reason: str | None) -> None:
+        if self.verbose == 0:
+            return
+        if self.tty and self._line_len:
+            self.out.write("\n")
+        self._print(self.summary(trials, experiment_path, stop_reason))
+
+    def _describe(self, trial: Trial) -> str:
+        if trial.status is TrialStatus.ERROR and trial.error is not None:
+            return trial.error.one_line()
+        if self.metric and trial.last_result and self.metric in trial.last_result:
+            value = _num(trial.last_result[self.metric])
+            return f"{self.metric}={value} after {trial.iteration} iterations"
+        return f"{trial.iteration} iterations"
+
+    def _print(self, text: str) -> None:
+        if self.tty and self._line_len:
+            self.out.write("\r" + " " * self._line_len + "\r")
+            self._line_len = 0
+        print(text, file=self.out, flush=True)
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(seconds)
+    return f"{seconds // 3600:d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+def _num(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)

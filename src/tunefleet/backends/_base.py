@@ -1,0 +1,102 @@
+"""The backend interface: where trials run, and the events they send back.
+
+A backend starts, stops and watches trials; it owns no algorithm. Every event
+carries the trial's `epoch` (one per start), so the controller can drop the
+late messages of an attempt it has already given up on.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any
+
+from tunefleet.trial import FailureRecord
+
+
+@dataclass(frozen=True)
+class TrialLaunch:
+    """Everything a backend needs to start (or resume) one trial."""
+
+    trial_id: str
+    epoch: int
+    name: str
+    config: dict[str, Any]
+    resources: dict[str, float]
+    trial_dir: str
+    attempt: int = 0
+    checkpoint: str | None = None  # resume from this checkpoint directory
+    iteration: int = 0  # training_iteration already done (restored from the checkpoint)
+    time_total: float = 0.0
+    sync: bool = False  # wait for a decision after every result
+    stop_criteria: dict[str, float] = field(default_factory=dict)
+    checkpoint_freq: int = 0
+    checkpoint_at_end: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Results:
+    """One or more results reported by a trial, in order: (metrics, checkpoint path)."""
+
+    trial_id: str
+    epoch: int
+    items: list[tuple[dict[str, Any], str | None]]
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    """The attempt ended without error.
+
+    `how` is "returned" (the trainable ended by itself), "stopped" (it stopped when
+    asked) or "paused" (it stopped when asked to pause). `checkpoint` is a final
+    checkpoint saved on the way out (class trainables with checkpoint_at_end).
+    """
+
+    trial_id: str
+    epoch: int
+    how: str = "returned"
+    checkpoint: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    """The attempt failed; `failure` says how."""
+
+    trial_id: str
+    epoch: int
+    failure: FailureRecord
+
+
+Event = Results | Finished | Failed
+
+
+class Backend(ABC):
+    """Runs trials. Implementations: local processes (default), later Ray and simulated."""
+
+    @abstractmethod
+    def capacity(self) -> dict[str, float]:
+        """Total resources (cpu, gpu, memory in bytes, custom) trials may use."""
+
+    @abstractmethod
+    def can_start(self, resources: dict[str, float]) -> bool:
+        """True if a trial needing `resources` fits in what is free now."""
+
+    @abstractmethod
+    def start_trial(self, launch: TrialLaunch) -> None:
+        """Start (or resume) a trial; resources are taken until it ends."""
+
+    @abstractmethod
+    def stop_trial(self, trial_id: str, epoch: int) -> None:
+        """Ask the trial to stop; kill its process group if it does not in time."""
+
+    @abstractmethod
+    def send_decision(self, trial_id: str, epoch: int, decision: str) -> None:
+        """Answer a trial launched with sync=True: CONTINUE, PAUSE or STOP."""
+
+    @abstractmethod
+    def poll(self, timeout: float) -> list[Event]:
+        """Wait up to `timeout` seconds for events; return all that are ready."""
+
+    @abstractmethod
+    def shutdown(self) -> None:
+        """Stop every trial and worker; afterwards no process of this backend is left."""

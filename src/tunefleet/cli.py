@@ -1,0 +1,341 @@
+"""The ``tunefleet`` command: look at experiments from a shell, while they run or after.
+
+    tunefleet ls [STORAGE]          experiments: trials per state, best metric, last update
+    tunefleet show EXP              one row per trial: status, iterations, metric, config
+    tunefleet best EXP              the best trial: config, metrics, checkpoint
+    tunefleet errors EXP            each failed trial: its cause, traceback or stderr tail
+
+EXP is an experiment name under the storage path (``--storage``, default
+``$TUNEFLEET_STORAGE`` or ``~/tunefleet_results``) or a path to its directory.
+Everything is read through the read-only store reader; nothing here writes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from tunefleet.results import SCOPES, ResultGrid, metric_value
+from tunefleet.store import (
+    StoreReader,
+    default_storage_path,
+    list_experiments,
+    resolve_experiment,
+)
+from tunefleet.trial import FailureRecord, Trial, TrialStatus
+
+_STATES = [s.value for s in TrialStatus]
+_STDERR_LINES = 20
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line; return the exit code (0 ok, 1 failed, 2 bad usage or name)."""
+    parser = _parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, or argparse's own usage error
+        return exc.code if isinstance(exc.code, int) else 2
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        code: int = args.run(args)
+    except (FileNotFoundError, ValueError, KeyError) as exc:
+        print(f"tunefleet {args.command}: error: {_message(exc)}", file=sys.stderr)
+        return 2
+    except RuntimeError as exc:
+        print(f"tunefleet {args.command}: {exc}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:  # `tunefleet show x | head`
+        return 0
+    return code
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tunefleet", description="Inspect tunefleet experiments (read-only)."
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    ls = sub.add_parser("ls", help="list the experiments under a storage path")
+    ls.add_argument(
+        "storage",
+        nargs="?",
+        help="storage path (default: $TUNEFLEET_STORAGE or ~/tunefleet_results)",
+    )
+    ls.set_defaults(run=_ls)
+
+    for name, run, text in (
+        ("show", _show, "one row per trial of an experiment"),
+        ("best", _best, "the best trial of an experiment"),
+        ("errors", _errors, "why the failed trials of an experiment failed"),
+    ):
+        cmd = sub.add_parser(name, help=text, description=text)
+        cmd.add_argument("experiment", metavar="EXP", help="experiment name or directory")
+        cmd.add_argument("--storage", help="where names are looked up")
+        cmd.set_defaults(run=run)
+        if name in ("show", "best"):
+            cmd.add_argument("--metric", help="metric (default: the experiment's)")
+            cmd.add_argument("--mode", choices=["min", "max"], help="default: the experiment's")
+        if name == "best":
+            cmd.add_argument("--scope", default="last", choices=SCOPES, help="default: last")
+        if name == "errors":
+            cmd.add_argument(
+                "--all", action="store_true", help="also list failed attempts that were retried"
+            )
+    return parser
+
+
+# -- commands -------------------------------------------------------------------------------
+def _ls(args: argparse.Namespace) -> int:
+    root = Path(args.storage or default_storage_path()).expanduser()
+    paths = list_experiments(root)
+    if not paths:
+        print(f"No experiments under {root}")
+        return 0
+    rows = [_ls_row(p) for p in paths]
+    print(
+        _table(
+            ["NAME", "STATUS", "TRIALS", *_STATES, "BEST", "UPDATED"],
+            rows,
+            right={2, 3, 4, 5, 6, 7},
+        )
+    )
+    return 0
+
+
+def _ls_row(path: Path) -> list[str]:
+    try:
+        with StoreReader(path) as reader:
+            meta, trials, updated = reader.meta(), reader.trials(), reader.last_update()
+        best = _best_text(path, meta)
+    except Exception as exc:  # one broken experiment must not hide the others
+        return [path.name, "unreadable", "-", *["-"] * len(_STATES), _message(exc)[:60], "-"]
+    counts = Counter(t.status.value for t in trials)
+    return [
+        path.name,
+        str(meta.get("status", "-")),
+        str(len(trials)),
+        *[str(counts.get(s, 0)) for s in _STATES],
+        best,
+        _when(updated),
+    ]
+
+
+def _best_text(path: Path, meta: dict[str, Any]) -> str:
+    metric, mode = meta.get("metric"), meta.get("mode")
+    if not metric or not mode:
+        return "-"
+    try:
+        best = ResultGrid(path).get_best_result()
+    except (RuntimeError, ValueError):
+        return "-"
+    value = metric_value(best.metrics or {}, metric)
+    return f"{metric}={_fmt(value)} ({best.trial_id})"
+
+
+def _show(args: argparse.Namespace) -> int:
+    path = resolve_experiment(args.experiment, args.storage)
+    with StoreReader(path) as reader:
+        meta, trials, history = reader.meta(), reader.trials(), reader.all_results()
+    metric = args.metric or meta.get("metric")
+    mode = args.mode or meta.get("mode")
+    counts = Counter(t.status.value.lower() for t in trials)
+    print(f"Experiment {meta.get('name', path.name)} at {path}")
+    line = f"status: {meta.get('status', '-')}, trainable: {meta.get('trainable', '-')}"
+    if metric:
+        line += f", metric: {metric}" + (f" ({mode})" if mode else "")
+    print(line)
+    summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+    print(f"{len(trials)} trials" + (f": {summary}" if summary else ""))
+    if not trials:
+        return 0
+    headers = ["TRIAL", "STATUS", "ITER"]
+    if metric:
+        headers += [f"LAST {metric}", f"BEST {metric}"]
+    headers.append("CONFIG")
+    rows = []
+    for trial in trials:
+        row = [trial.trial_id, trial.status.value, str(trial.iteration)]
+        if metric:
+            values = [metric_value(r, metric) for r in history.get(trial.trial_id, [])]
+            found = [v for v in values if v is not None]
+            row += [_fmt(found[-1] if found else None), _fmt(_best_of(found, mode))]
+        row.append(_short_config(trial.config))
+        rows.append(row)
+    print()
+    print(_table(headers, rows, right={2, 3, 4} if metric else {2}))
+    return 0
+
+
+def _best(args: argparse.Namespace) -> int:
+    path = resolve_experiment(args.experiment, args.storage)
+    grid = ResultGrid(path, metric=args.metric, mode=args.mode)
+    best = grid.get_best_result(scope=args.scope)
+    with StoreReader(path) as reader:
+        meta, trial = reader.meta(), reader.trial(best.trial_id)
+    metric = str(args.metric or meta.get("metric"))  # get_best_result checked there is one
+    mode = args.mode or meta.get("mode")
+    print(
+        f"Best trial: {trial.trial_id} ({trial.name}), {trial.status.value}, "
+        f"{trial.iteration} iterations"
+    )
+    print(
+        f"{metric} = {_fmt(metric_value(best.metrics or {}, metric))} "
+        f"(mode {mode}, scope {args.scope})"
+    )
+    print("Config:")
+    print(_json(best.config))
+    print("Metrics:")
+    print(_json(best.metrics or {}))
+    print(f"Checkpoint: {best.checkpoint.path if best.checkpoint else 'none'}")
+    print(f"Directory: {best.path}")
+    return 0
+
+
+def _errors(args: argparse.Namespace) -> int:
+    path = resolve_experiment(args.experiment, args.storage)
+    with StoreReader(path) as reader:
+        trials = reader.trials()
+        failed_events = reader.events(kinds="failed")
+    failed = [t for t in trials if t.status is TrialStatus.ERROR]
+    by_id = {t.trial_id: t for t in trials}
+    retried = [
+        (by_id[e["trial_id"]], FailureRecord.from_json(e["data"]))
+        for e in failed_events
+        if e["trial_id"] in by_id
+        and isinstance(e["data"], dict)
+        and not _is_final(by_id[e["trial_id"]], e["data"])
+    ]
+    if not failed:
+        print(f"No failed trials in {path.name} ({len(trials)} trials)")
+    else:
+        print(f"{len(failed)} of {len(trials)} trials failed in {path.name}")
+    for trial in failed:
+        if trial.error is not None:
+            _print_failure(trial, trial.error, "")
+    if retried and args.all:
+        print(f"\n{len(retried)} failed attempt(s) were retried:")
+        for attempted, failure in retried:
+            _print_failure(attempted, failure, f" (attempt {failure.attempt + 1})")
+    elif retried:
+        print(
+            f"\n{len(retried)} failed attempt(s) were retried; "
+            f"`tunefleet errors {args.experiment} --all` lists them"
+        )
+    return 0
+
+
+def _is_final(trial: Trial, data: dict[str, Any]) -> bool:
+    """Whether a "failed" event is the trial's final error (shown anyway)."""
+    return (
+        trial.status is TrialStatus.ERROR
+        and trial.error is not None
+        and data.get("attempt") == trial.error.attempt
+    )
+
+
+def _print_failure(trial: Trial, failure: FailureRecord, note: str) -> None:
+    """The cause in one line, then the traceback and/or the stderr tail, indented."""
+    print(f"\n{trial.trial_id} ({trial.name}){note}: {failure.one_line()}")
+    if failure.traceback:
+        print(_indent(failure.traceback))
+    tail = failure.stderr_tail
+    if tail is None and not note:  # the log file is the final attempt's: only for final errors
+        tail = _file_tail(Path(trial.path, "stderr.log"))
+    if tail and tail.strip() != (failure.traceback or "").strip():
+        print("    stderr (last lines):")
+        print(_indent(tail, 6))
+    if not failure.traceback and not tail and "\n" in failure.message.strip():
+        print(_indent(failure.message))
+
+
+# -- formatting ----------------------------------------------------------------------------------
+def _table(headers: list[str], rows: list[list[str]], right: set[int]) -> str:
+    """A plain-text table: columns padded to their widest cell, numbers right-aligned."""
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+
+    def line(cells: list[str]) -> str:
+        parts = [
+            c.rjust(w) if i in right else c.ljust(w)
+            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        ]
+        return "  ".join(parts).rstrip()
+
+    return "\n".join([line(headers), *(line(r) for r in rows)])
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return "nan" if math.isnan(value) else f"{value:.6g}"
+    return str(value)
+
+
+def _best_of(values: list[float], mode: str | None) -> float | None:
+    finite = [v for v in values if math.isfinite(v)]
+    if not finite or mode not in ("min", "max"):
+        return None
+    return max(finite) if mode == "max" else min(finite)
+
+
+def _short_config(config: dict[str, Any], width: int = 60) -> str:
+    parts = []
+    for key, value in _flat(config).items():
+        shown = f"{value:.4g}" if isinstance(value, float) else str(value)
+        parts.append(f"{key}={shown}")
+    text = " ".join(parts)
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _flat(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, dict) and value:
+            out.update(_flat(value, f"{prefix}{key}/"))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def _when(timestamp: float | None) -> str:
+    if timestamp is None:
+        return "-"
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(timestamp))
+
+
+def _json(data: Any) -> str:
+    return json.dumps(data, indent=2, default=str)
+
+
+def _indent(text: str, spaces: int = 4) -> str:
+    pad = " " * spaces
+    return "\n".join(pad + line for line in text.rstrip().splitlines())
+
+
+def _file_tail(path: Path, lines: int = _STDERR_LINES) -> str | None:
+    try:
+        with path.open("rb") as f:
+            f.seek(0, 2)
+            f.seek(max(0, f.tell() - 64 * 1024))
+            text = f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return None
+    kept = text.splitlines()[-lines:]
+    return "\n".join(kept) if kept else None
+
+
+def _message(exc: BaseException) -> str:
+    # KeyError's str() wraps the message in quotes.
+    return str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,185 @@
+"""Configuration dataclasses: TuneConfig, RunConfig, CheckpointConfig, FailureConfig.
+
+All fields have Ray Tune's names. Values are checked in `validate()`, called by
+`Tuner` before anything runs, so a bad value fails fast and names itself.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from tunefleet.trial import Trial
+
+
+def _positive_int(where: str, value: Any, *, allow: tuple[Any, ...] = ()) -> None:
+    if value in allow and not isinstance(value, bool):
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        extra = f" or one of {list(allow)}" if allow else ""
+        raise ValueError(f"{where}={value!r} is not valid: it must be an integer >= 1{extra}")
+
+
+def _positive_number(where: str, value: Any) -> None:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise ValueError(f"{where}={value!r} is not valid: it must be a number of seconds > 0")
+
+
+def _mode(where: str, value: Any) -> None:
+    if value is not None and value not in ("min", "max"):
+        raise ValueError(f"{where}={value!r} is not valid: it must be 'min', 'max' or None")
+
+
+@dataclass
+class CheckpointConfig:
+    """Which checkpoints to keep, and when class trainables save them.
+
+    Args:
+        num_to_keep: keep at most this many per trial (the latest is always kept,
+            so a trial can resume); None keeps all.
+        checkpoint_score_attribute: rank checkpoints by this metric (default: by age).
+        checkpoint_score_order: "max" or "min" for that metric.
+        checkpoint_frequency: class trainables save every N iterations (0: never).
+        checkpoint_at_end: class trainables save when they finish or are stopped.
+    """
+
+    num_to_keep: int | None = None
+    checkpoint_score_attribute: str | None = None
+    checkpoint_score_order: str = "max"
+    checkpoint_frequency: int = 0
+    checkpoint_at_end: bool | None = None
+
+    def validate(self) -> None:
+        if self.num_to_keep is not None:
+            _positive_int("CheckpointConfig.num_to_keep", self.num_to_keep)
+        _mode("CheckpointConfig.checkpoint_score_order", self.checkpoint_score_order)
+        freq = self.checkpoint_frequency
+        if isinstance(freq, bool) or not isinstance(freq, int) or freq < 0:
+            raise ValueError(
+                f"CheckpointConfig.checkpoint_frequency={freq!r} is not valid: "
+                "it must be an integer >= 0"
+            )
+
+
+@dataclass
+class FailureConfig:
+    """What to do when a trial fails.
+
+    Args:
+        max_failures: retry a failed trial this many times, from its latest
+            checkpoint (from scratch if none); -1 retries forever.
+        fail_fast: True stops the experiment at the first trial that fails for
+            good (the other trials keep their true states); "raise" also raises.
+    """
+
+    max_failures: int = 0
+    fail_fast: bool | str = False
+
+    def validate(self) -> None:
+        value = self.max_failures
+        if isinstance(value, bool) or not isinstance(value, int) or value < -1:
+            raise ValueError(
+                f"FailureConfig.max_failures={value!r} is not valid: "
+                "it must be an integer >= 0, or -1 to retry forever"
+            )
+        if self.fail_fast not in (True, False, "raise"):
+            raise ValueError(
+                f"FailureConfig.fail_fast={self.fail_fast!r} is not valid: "
+                "it must be True, False or 'raise'"
+            )
+
+
+@dataclass
+class TuneConfig:
+    """How to search: the metric, the algorithms, how many trials and how many at once."""
+
+    metric: str | None = None
+    mode: str | None = None
+    search_alg: Any = None
+    scheduler: Any = None
+    num_samples: int = 1
+    max_concurrent_trials: int | None = None
+    time_budget_s: float | None = None
+    reuse_actors: bool = True
+    trial_name_creator: Callable[[Trial], str] | None = None
+    trial_dirname_creator: Callable[[Trial], str] | None = None
+
+    def validate(self) -> None:
+        if self.metric is not None and (not isinstance(self.metric, str) or not self.metric):
+            raise ValueError(f"TuneConfig.metric={self.metric!r} is not valid: it must be a name")
+        _mode("TuneConfig.mode", self.mode)
+        if (self.metric is None) != (self.mode is None):
+            raise ValueError(
+                f"TuneConfig: metric={self.metric!r} and mode={self.mode!r} go together: "
+                "give both or neither"
+            )
+        _positive_int("TuneConfig.num_samples", self.num_samples, allow=(-1,))
+        if self.max_concurrent_trials is not None:
+            _positive_int("TuneConfig.max_concurrent_trials", self.max_concurrent_trials)
+        if self.time_budget_s is not None:
+            _positive_number("TuneConfig.time_budget_s", self.time_budget_s)
+        for name in ("trial_name_creator", "trial_dirname_creator"):
+            value = getattr(self, name)
+            if value is not None and not callable(value):
+                raise TypeError(f"TuneConfig.{name} must be a function of the trial, not {value!r}")
+
+
+@dataclass
+class RunConfig:
+    """Where results go, when trials stop, what watches them.
+
+    Args:
+        name: the experiment's name (its directory under storage_path).
+        storage_path: where experiments are stored (default ``~/tunefleet_results``).
+        stop: a dict such as ``{"training_iteration": 10}``, a function
+            ``(trial_id, result) -> bool`` or a `tune.Stopper`.
+        callbacks: `tune.Callback` objects.
+        verbose: 0 silent, 1 status lines and the summary, 2 also each trial's end.
+        resources: totals for this machine, overriding what is detected, and any
+            custom resources, e.g. ``{"cpu": 8, "accelerator_x": 2}``.
+    """
+
+    name: str | None = None
+    storage_path: str | os.PathLike[str] | None = None
+    stop: Any = None
+    callbacks: list[Any] | None = None
+    verbose: int = 1
+    checkpoint_config: CheckpointConfig = field(default_factory=CheckpointConfig)
+    failure_config: FailureConfig = field(default_factory=FailureConfig)
+    resources: dict[str, Any] | None = None
+    log_to_file: bool = True
+
+    def validate(self) -> None:
+        if self.name is not None:
+            if not isinstance(self.name, str) or not self.name.strip():
+                raise ValueError(
+                    f"RunConfig.name={self.name!r} is not valid: give a non-empty name"
+                )
+            if "/" in self.name or self.name in (".", ".."):
+                raise ValueError(
+                    f"RunConfig.name={self.name!r} is not valid: it is a directory name, "
+                    "without '/'; put the parent folder in storage_path"
+                )
+        if self.verbose not in (0, 1, 2, 3):
+            raise ValueError(f"RunConfig.verbose={self.verbose!r} is not valid: use 0, 1, 2 or 3")
+        if not isinstance(self.checkpoint_config, CheckpointConfig):
+            raise TypeError("RunConfig.checkpoint_config must be a tune.CheckpointConfig")
+        if not isinstance(self.failure_config, FailureConfig):
+            raise TypeError("RunConfig.failure_config must be a tune.FailureConfig")
+        self.checkpoint_config.validate()
+        self.failure_config.validate()
+        for i, callback in enumerate(self.callbacks or []):
+            from tunefleet.callbacks import Callback
+
+            if not isinstance(callback, Callback):
+                raise TypeError(
+                    f"RunConfig.callbacks[{i}]={callback!r} is not a tune.Callback instance"
+                )

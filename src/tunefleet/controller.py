@@ -1,0 +1,487 @@
+"""The controller: one thread, a `step()` loop in phases.
+
+fill free slots -> wait for backend events -> apply each event -> check the
+experiment's stop conditions -> flush the store. It owns no algorithm: the
+searcher proposes, the scheduler and stoppers decide, the backend acts, the
+store records, callbacks watch.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from tunefleet.backends._base import Backend, Event, Finished, Results, TrialLaunch
+from tunefleet.callbacks import Callback
+from tunefleet.checkpoint import Checkpoint, CheckpointKeeper
+from tunefleet.schedulers._base import Decision, TrialScheduler
+from tunefleet.search._base import FINISHED, Searcher
+from tunefleet.trial import FailureKind, FailureRecord, Trial, TrialStatus
+
+logger = logging.getLogger("tunefleet")
+
+_POLL_S = 0.05
+_SLOW_HOOK_S = 0.5
+
+
+@dataclass
+class ExperimentSpec:
+    """What the controller needs to know about the experiment (plain data)."""
+
+    name: str
+    path: str
+    trainable_name: str
+    resources: dict[str, float]
+    metric: str | None = None
+    mode: str | None = None
+    num_samples: int = 1
+    max_concurrent: int = 1
+    time_budget_s: float | None = None
+    max_failures: int = 0
+    fail_fast: bool | str = False
+    stop_criteria: dict[str, float] = field(default_factory=dict)
+    checkpoint_frequency: int = 0
+    checkpoint_at_end: bool = False
+    trial_name_creator: Callable[[Trial], str] | None = None
+    trial_dirname_creator: Callable[[Trial], str] | None = None
+    id_prefix: str = "t"
+
+
+class Controller:
+    """Runs one experiment to its end. Build it with `Tuner`; call `run()`."""
+
+    def __init__(
+        self,
+        *,
+        spec: ExperimentSpec,
+        backend: Backend,
+        store: Any,
+        searcher: Searcher,
+        scheduler: TrialScheduler,
+        stopper: Any,
+        keeper: CheckpointKeeper,
+        callbacks: list[Callback],
+        reporter: Any,
+        trials: list[Trial] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.spec = spec
+        self.backend = backend
+        self.store = store
+        self.searcher = searcher
+        self.scheduler = scheduler
+        self.stopper = stopper
+        self.keeper = keeper
+        self.callbacks = callbacks
+        self.reporter = reporter
+        self.clock = clock
+        self.trials: dict[str, Trial] = {t.trial_id: t for t in trials or []}
+        self.running: dict[str, Trial] = {}
+        self.waiting: dict[str, Trial] = {
+            t.trial_id: t
+            for t in self.trials.values()
+            if t.status in (TrialStatus.PENDING, TrialStatus.PAUSED)
+        }
+        self.stopping: set[str] = set()  # trials asked to stop: later results are dropped
+        self.search_done = False
+        self.stop_reason: str | None = None  # set when the experiment is being stopped
+        self.fatal: BaseException | None = None
+        self.fatal_trial_error: BaseException | None = None  # fail_fast="raise"
+        self.iteration = 0
+        self._started = clock()
+        self._missing_metric_warned: set[str] = set()
+
+    # -- the loop ------------------------------------------------------------------------
+    def run(self) -> None:
+        for cb in self.callbacks:
+            cb.setup(stop=self.stopper, num_samples=self.spec.num_samples)
+        try:
+            while not self.is_finished():
+                self.step()
+        except KeyboardInterrupt:
+            logger.warning("Interrupted: stopping the running trials (they can be resumed)")
+            self._wind_down("interrupted")
+        except BaseException as exc:
+            self.fatal = exc
+            self._wind_down("error in the driver")
+            raise
+        finally:
+            self.backend.shutdown()
+            for trial in self.running.values():  # did not stop in time: keep them resumable
+                self._set_status(trial, TrialStatus.PAUSED)
+            self.running.clear()
+            self._save_states()
+            self.store.flush()
+            for cb in self.callbacks:
+                cb.on_experiment_end(trials=list(self.trials.values()))
+        if self.fatal_trial_error is not None:
+            raise self.fatal_trial_error
+
+    def step(self) -> None:
+        self.iteration += 1
+        trials = list(self.trials.values()) if self.callbacks else []
+        for cb in self.callbacks:
+            cb.on_step_begin(self.iteration, trials)
+        self._fill_slots()
+        for event in self.backend.poll(_POLL_S):
+            self._apply(event)
+        fatal = getattr(self.backend, "fatal", None)
+        if fatal is not None:
+            raise RuntimeError(f"The trainable could not be loaded in a worker:\n{fatal.traceback}")
+        self._check_experiment_stop()
+        self.store.flush()
+        self.reporter.update(self)
+        for cb in self.callbacks:
+            cb.on_step_end(self.iteration, trials)
+
+    def is_finished(self) -> bool:
+        if self.running:
+            return False
+        if self.stop_reason is not None:
+            return True
+        return self.search_done and not self.waiting
+
+    # -- phase 1: fill free slots ---------------------------------------------------------
+    def _fill_slots(self) -> None:
+        while self.stop_reason is None and len(self.running) < self.spec.max_concurrent:
+            if not self.backend.can_start(self.spec.resources):
+                return
+            trial = self._next_trial()
+            if trial is None:
+                return
+            self._launch(trial)
+
+    def _next_trial(self) -> Trial | None:
+        if self.waiting:
+            chosen = self.scheduler.choose_trial_to_run(list(self.waiting.values()))
+            if chosen is not None:
+                return chosen
+        if self.search_done:
+            return None
+        limit = self.spec.num_samples
+        if not self.searcher.self_limiting and limit != -1 and len(self.trials) >= limit:
+            self.search_done = True
+            return None
+        trial_id = f"{self.spec.id_prefix}_{len(self.trials):05d}"
+        started = time.perf_counter()
+        config = self.searcher.suggest(trial_id)
+        _warn_if_slow(started, f"{type(self.searcher).__name__}.suggest")
+        if config is None:
+            return None
+        if isinstance(config, str) and config == FINISHED:
+            self.search_done = True
+            return None
+        if not isinstance(config, dict):
+            raise TypeError(
+                f"{type(self.searcher).__name__}.suggest() returned {config!r}: "
+                "it must return a config dict, None or FINISHED"
+            )
+        return self._add_trial(trial_id, config)
+
+    def _add_trial(self, trial_id: str, config: dict[str, Any]) -> Trial:
+        trial = Trial(
+            trial_id=trial_id,
+            index=len(self.trials),
+            name=f"{self.spec.trainable_name}_{trial_id}",
+            config=config,
+            resources=dict(self.spec.resources),
+            path="",
+        )
+        if self.spec.trial_name_creator is not None:
+            trial.name = str(self.spec.trial_name_creator(trial))
+        dirname = trial_id
+        if self.spec.trial_dirname_creator is not None:
+            dirname = _slug(str(self.spec.trial_dirname_creator(trial))) + f"_{trial_id}"
+        trial.path = os.path.join(self.spec.path, "trials", dirname)
+        self.trials[trial_id] = trial
+        self.waiting[trial_id] = trial
+        self.store.add_trial(trial)
+        self.scheduler.on_trial_add(trial)
+        return trial
+
+    def _launch(self, trial: Trial) -> None:
+        resumed = trial.status is TrialStatus.PAUSED or trial.attempt > 0
+        self.waiting.pop(trial.trial_id, None)
+        self.stopping.discard(trial.trial_id)
+        trial.epoch += 1
+        trial.stop_reason = None
+        if trial.started_at is None:
+            trial.started_at = time.time()
+        self._set_status(trial, TrialStatus.RUNNING)
+        self.running[trial.trial_id] = trial
+        launch = TrialLaunch(
+            trial_id=trial.trial_id,
+            epoch=trial.epoch,
+            name=trial.name,
+            config=trial.config,
+            resources=trial.resources,
+            trial_dir=trial.path,
+            attempt=trial.attempt,
+            checkpoint=trial.latest_checkpoint,
+            iteration=trial.checkpoint_iteration if trial.latest_checkpoint else 0,
+            time_total=trial.checkpoint_time_total if trial.latest_checkpoint else 0.0,
+            sync=self.scheduler.needs_sync_decisions,
+            stop_criteria=self.spec.stop_criteria,
+            checkpoint_freq=self.spec.checkpoint_frequency,
+            checkpoint_at_end=self.spec.checkpoint_at_end,
+        )
+        self.backend.start_trial(launch)
+        self.store.add_event(
+            trial.trial_id,
+            "started",
+            {"epoch": trial.epoch, "attempt": trial.attempt, "checkpoint": trial.latest_checkpoint},
+        )
+        for cb in self.callbacks:
+            hook = cb.on_trial_restore if resumed else cb.on_trial_start
+            hook(self.iteration, list(self.trials.values()), trial)
+
+    # -- phase 2: apply events ---------------------------------------------------------------
+    def _apply(self, event: Event) -> None:
+        trial = self.running.get(event.trial_id)
+        if trial is None or trial.epoch != event.epoch:
+            self._drop_stale(event)
+            return
+        if isinstance(event, Results):
+            for metrics, checkpoint in event.items:
+                if trial.trial_id in self.stopping:
+                    if checkpoint:
+                        self.keeper.discard(checkpoint)
+                    continue
+                self._on_result(trial, metrics, checkpoint)
+        elif isinstance(event, Finished):
+            self._on_finished(trial, event)
+        else:
+            self._on_failed(trial, event.failure)
+
+    def _drop_stale(self, event: Event) -> None:
+        # A message of an attempt already given up on (stopped, failed, restarted).
+        if isinstance(event, Results):
+            for _, checkpoint in event.items:
+                if checkpoint:
+                    self.keeper.discard(checkpoint)
+        logger.debug("dropped a stale %s of trial %s", type(event).__name__, event.trial_id)
+
+    def _on_result(self, trial: Trial, result: dict[str, Any], checkpoint: str | None) -> None:
+        trial.num_results += 1
+        trial.last_result = result
+        self.store.add_result(trial.trial_id, result)
+        if checkpoint:
+            self._on_checkpoint(trial, checkpoint, result)
+        decision = Decision.CONTINUE
+        if self._usable(trial, result):
+            self.searcher.on_trial_result(trial.trial_id, result)
+            decision = self.scheduler.on_trial_result(trial, result)
+            if decision is not Decision.CONTINUE:
+                trial.stop_reason = f"scheduler ({type(self.scheduler).__name__})"
+        if (
+            decision is Decision.CONTINUE
+            and self.stopper is not None
+            and self.stopper(trial.trial_id, result)
+        ):
+            decision = Decision.STOP
+            trial.stop_reason = "stop criteria"
+        if decision is Decision.CONTINUE and result.get("done"):
+            decision = Decision.STOP
+            trial.stop_reason = "done"
+        for cb in self.callbacks:
+            cb.on_trial_result(self.iteration, list(self.trials.values()), trial, result)
+        if decision is not Decision.CONTINUE:
+            self.stopping.add(trial.trial_id)
+            if decision is Decision.PAUSE:
+                trial.stop_reason = "paused by scheduler"
+        if self.scheduler.needs_sync_decisions:
+            self.backend.send_decision(trial.trial_id, trial.epoch, decision.value)
+        elif decision is not Decision.CONTINUE:
+            self.backend.stop_trial(trial.trial_id, trial.epoch)
+        self.store.update_trial(trial)
+
+    def _usable(self, trial: Trial, result: dict[str, Any]) -> bool:
+        """Only finite values of the metric reach searchers and schedulers."""
+        metric = self.spec.metric
+        if metric is None:
+            return True
+        value = result.get(metric)
+        if value is None:
+            if trial.trial_id not in self._missing_metric_warned:
+                self._missing_metric_warned.add(trial.trial_id)
+                logger.warning(
+                    "Trial %s reported a result without the metric %r (it has: %s); "
+                    "such results are recorded but not used by the searcher or scheduler",
+                    trial.trial_id,
+                    metric,
+                    ", ".join(sorted(k for k in result if k not in _AUTO_KEYS)) or "nothing",
+                )
+            return False
+        try:
+            return math.isfinite(value)
+        except TypeError:
+            return False
+
+    def _on_checkpoint(self, trial: Trial, path: str, result: dict[str, Any]) -> None:
+        trial.latest_checkpoint = path
+        trial.checkpoint_iteration = int(result.get("training_iteration", trial.iteration))
+        trial.checkpoint_time_total = float(result.get("time_total_s", 0.0))
+        self.store.add_checkpoint(trial.trial_id, trial.checkpoint_iteration, path, result)
+        for deleted in self.keeper.add(trial.trial_id, path, result):
+            self.store.mark_checkpoint_deleted(deleted)
+        for cb in self.callbacks:
+            cb.on_checkpoint(self.iteration, list(self.trials.values()), trial, Checkpoint(path))
+
+    def _on_finished(self, trial: Trial, event: Finished) -> None:
+        if event.checkpoint:
+            self._on_checkpoint(trial, event.checkpoint, trial.last_result or {})
+        self.running.pop(trial.trial_id)
+        self.stopping.discard(trial.trial_id)
+        if event.how == "paused" or trial.stop_reason == "interrupted":
+            self.waiting[trial.trial_id] = trial
+            self._set_status(trial, TrialStatus.PAUSED)
+            return
+        if trial.num_results == 0:
+            self._on_failed(
+                trial,
+                FailureRecord(
+                    kind=FailureKind.NO_RESULT,
+                    message="the trainable returned without calling tune.report()",
+                    attempt=trial.attempt,
+                ),
+                already_released=True,
+            )
+            return
+        if event.how == "returned" and trial.stop_reason is None:
+            trial.stop_reason = "completed"
+        if trial.last_result is not None:
+            trial.last_result = {**trial.last_result, "done": True}
+        trial.ended_at = time.time()
+        trial.error = None  # an earlier attempt's failure stays in the events
+        self._set_status(trial, TrialStatus.TERMINATED)
+        self.searcher.on_trial_complete(trial.trial_id, self._clean(trial.last_result))
+        self.scheduler.on_trial_complete(trial, trial.last_result)
+        for cb in self.callbacks:
+            cb.on_trial_complete(self.iteration, list(self.trials.values()), trial)
+
+    def _on_failed(
+        self, trial: Trial, failure: FailureRecord, *, already_released: bool = False
+    ) -> None:
+        if not already_released:
+            self.running.pop(trial.trial_id)
+        self.stopping.discard(trial.trial_id)
+        if failure.iteration is None:
+            failure.iteration = trial.iteration
+        failure.attempt = trial.attempt
+        failure.checkpoint = failure.checkpoint or trial.latest_checkpoint
+        self.store.add_event(trial.trial_id, "failed", failure.to_json())
+        limit = self.spec.max_failures
+        if self.stop_reason is None and (limit == -1 or trial.attempt < limit):
+            trial.attempt += 1
+            trial.error = failure
+            self.waiting[trial.trial_id] = trial
+            self._set_status(trial, TrialStatus.PENDING)
+            logger.warning(
+                "Trial %s failed (%s); retrying (attempt %d) from %s",
+                trial.trial_id,
+                failure.one_line(),
+                trial.attempt + 1,
+                trial.latest_checkpoint or "scratch",
+            )
+            return
+        trial.error = failure
+        trial.ended_at = time.time()
+        self._set_status(trial, TrialStatus.ERROR)
+        self.searcher.on_trial_complete(trial.trial_id, self._clean(trial.last_result), error=True)
+        self.scheduler.on_trial_error(trial)
+        for cb in self.callbacks:
+            cb.on_trial_error(self.iteration, list(self.trials.values()), trial)
+        if self.spec.fail_fast:
+            self._begin_stop("fail_fast: a trial failed")
+            if self.spec.fail_fast == "raise":
+                from tunefleet.results import TrialError
+
+                self.fatal_trial_error = TrialError(failure, trial.trial_id)
+
+    def _clean(self, result: dict[str, Any] | None) -> dict[str, Any] | None:
+        """The result for a searcher: None unless its metric is present and finite."""
+        if result is None or self.spec.metric is None:
+            return result
+        value = result.get(self.spec.metric)
+        try:
+            return result if value is not None and math.isfinite(value) else None
+        except TypeError:
+            return None
+
+    # -- phase 3: experiment-level stop -----------------------------------------------------
+    def _check_experiment_stop(self) -> None:
+        if self.stop_reason is not None:
+            return
+        budget = self.spec.time_budget_s
+        if budget is not None and self.clock() - self._started >= budget:
+            self._begin_stop(f"time budget of {budget:g}s reached")
+        elif self.stopper is not None and self.stopper.stop_all():
+            self._begin_stop("stopper ended the experiment")
+
+    def _begin_stop(self, reason: str) -> None:
+        self.stop_reason = reason
+        logger.info("Stopping the experiment: %s", reason)
+        for trial in self.running.values():
+            if trial.trial_id not in self.stopping:
+                trial.stop_reason = "interrupted" if reason == "interrupted" else reason
+                self.stopping.add(trial.trial_id)
+                self.backend.stop_trial(trial.trial_id, trial.epoch)
+
+    def _wind_down(self, reason: str) -> None:
+        """Stop what runs and record what comes back, within the backend's grace periods."""
+        self._begin_stop(reason)
+        for trial in self.running.values():
+            trial.stop_reason = "interrupted"
+        deadline = time.monotonic() + 15.0
+        try:
+            while self.running and time.monotonic() < deadline:
+                for event in self.backend.poll(_POLL_S):
+                    self._apply(event)
+        except KeyboardInterrupt:
+            logger.warning("Interrupted again: killing the trials now")
+        self.store.flush()
+
+    # -- helpers ------------------------------------------------------------------------------
+    def _set_status(self, trial: Trial, status: TrialStatus) -> None:
+        if trial.status is not status:
+            trial.status = status
+            self.store.add_event(trial.trial_id, status.value.lower(), None)
+        self.store.update_trial(trial)
+
+    def _save_states(self) -> None:
+        self.store.save_state("searcher", self.searcher.get_state())
+        self.store.save_state("scheduler", self.scheduler.get_state())
+        if self.stopper is not None:
+            self.store.save_state("stopper", self.stopper.get_state())
+
+
+_AUTO_KEYS = frozenset(
+    {
+        "training_iteration",
+        "time_this_iter_s",
+        "time_total_s",
+        "time_since_restore",
+        "iterations_since_restore",
+        "timestamp",
+        "trial_id",
+        "pid",
+        "done",
+        "checkpoint_dir_name",
+    }
+)
+
+
+def _warn_if_slow(started: float, what: str) -> None:
+    elapsed = time.perf_counter() - started
+    if elapsed > _SLOW_HOOK_S:
+        logger.warning("%s took %.2fs; the controller waits for it", what, elapsed)
+
+
+def _slug(text: str) -> str:
+    keep = "".join(c if c.isalnum() or c in "-_." else "_" for c in text)
+    return keep.strip("._")[:60] or "trial"

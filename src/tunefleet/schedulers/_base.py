@@ -1,0 +1,81 @@
+"""The scheduler interface: pure event handlers that return decisions.
+
+A scheduler never touches processes or files. It sees trials (read-only) and
+results, and answers with a `Decision`; the controller and backend carry it out.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from typing import Any
+
+from tunefleet.trial import Trial, TrialStatus
+
+
+class Decision(str, enum.Enum):
+    """What to do with a trial after a result."""
+
+    CONTINUE = "CONTINUE"
+    PAUSE = "PAUSE"  # checkpoint, then free the slot; may be resumed later
+    STOP = "STOP"  # end the trial on purpose (TERMINATED)
+
+
+class TrialScheduler:
+    """Base class of trial schedulers (Ray Tune's `TrialScheduler` names).
+
+    Args:
+        metric: the metric to optimise; filled in from `TuneConfig` if None.
+        mode: "min" or "max"; filled in from `TuneConfig` if None.
+    """
+
+    CONTINUE = Decision.CONTINUE
+    PAUSE = Decision.PAUSE
+    STOP = Decision.STOP
+
+    #: True when the trial must wait for the decision on every result (a pausing
+    #: or synchronous scheduler); False lets trials report without waiting.
+    needs_sync_decisions: bool = False
+
+    def __init__(self, *, metric: str | None = None, mode: str | None = None) -> None:
+        if mode is not None and mode not in ("min", "max"):
+            raise ValueError(f"mode={mode!r} is not valid: it must be 'min' or 'max'")
+        self.metric = metric
+        self.mode = mode
+
+    def set_search_properties(self, metric: str | None, mode: str | None, **spec: Any) -> bool:
+        if self.metric is None:
+            self.metric = metric
+        if self.mode is None:
+            self.mode = mode
+        return True
+
+    def on_trial_add(self, trial: Trial) -> None:
+        """A new trial was created."""
+
+    def on_trial_result(self, trial: Trial, result: dict[str, Any]) -> Decision:
+        """A result arrived; the metric in it is finite."""
+        return Decision.CONTINUE
+
+    def on_trial_complete(self, trial: Trial, result: dict[str, Any] | None) -> None:
+        """The trial ended without error."""
+
+    def on_trial_error(self, trial: Trial) -> None:
+        """The trial failed (and will not be retried)."""
+
+    def on_trial_remove(self, trial: Trial) -> None:
+        """The trial was stopped by someone else than this scheduler."""
+
+    def choose_trial_to_run(self, candidates: Sequence[Trial]) -> Trial | None:
+        """Pick the next trial to run among PENDING and PAUSED ones (FIFO by default)."""
+        for status in (TrialStatus.PENDING, TrialStatus.PAUSED):
+            for trial in candidates:
+                if trial.status is status:
+                    return trial
+        return None
+
+    def get_state(self) -> dict[str, Any]:
+        return {}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        pass

@@ -1,0 +1,254 @@
+"""The trial side: `report`, `get_checkpoint`, `get_context`.
+
+These functions work inside a trial, in the worker process that runs it. A
+report is cheap: results are sent in small batches without waiting for the
+driver, unless the scheduler needs to decide on each one (`sync`). A stop asked
+by the driver surfaces at the next `report()` and unwinds the trainable.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from tunefleet.checkpoint import Checkpoint, checkpoint_dir_name, persist_checkpoint
+
+_FLUSH_EVERY_S = 0.002  # batch reports that come faster than this
+_MAX_BATCH = 512
+_LINGER_S = 0.005  # a batched tail is sent at most this late
+
+
+class StopTrial(BaseException):
+    """Raised inside the trainable at `report()` when the driver stopped the trial.
+
+    A BaseException so that a user's `except Exception:` does not swallow it.
+    """
+
+    def __init__(self, pause: bool = False) -> None:
+        super().__init__("trial stopped by tunefleet")
+        self.pause = pause
+
+
+@dataclass(frozen=True)
+class TuneContext:
+    """What a trial knows about itself (Ray Tune's `get_context()` names)."""
+
+    trial_id: str
+    trial_name: str
+    trial_dir: str
+    experiment_name: str
+    attempt: int
+    resources: dict[str, float]
+
+    def get_trial_id(self) -> str:
+        return self.trial_id
+
+    def get_trial_name(self) -> str:
+        return self.trial_name
+
+    def get_trial_dir(self) -> str:
+        return self.trial_dir
+
+    def get_experiment_name(self) -> str:
+        return self.experiment_name
+
+    def get_trial_resources(self) -> dict[str, float]:
+        return dict(self.resources)
+
+    def get_world_rank(self) -> int:
+        return 0
+
+    def get_world_size(self) -> int:
+        return 1
+
+
+Sender = Callable[[list[tuple[dict[str, Any], str | None]]], None]
+ControlPoll = Callable[[bool], str | None]  # (block) -> None | "CONTINUE" | "STOP" | "PAUSE"
+
+
+class TrialSession:
+    """The state of the trial running in this process."""
+
+    def __init__(
+        self,
+        *,
+        context: TuneContext,
+        send: Sender,
+        poll_control: ControlPoll,
+        checkpoint: str | None,
+        iteration: int,
+        time_total: float,
+        sync: bool,
+        stop_criteria: dict[str, float],
+    ) -> None:
+        self.context = context
+        self._send = send
+        self._poll_control = poll_control
+        self.checkpoint = Checkpoint(checkpoint) if checkpoint else None
+        self.iteration = iteration
+        self._iterations_since_restore = 0
+        self._time_total_offset = time_total
+        self._sync = sync
+        self._stop_criteria = stop_criteria
+        self._start = time.time()
+        self._last_report = time.perf_counter()
+        self._start_perf = self._last_report
+        self._last_flush = 0.0
+        self._buffer: list[tuple[dict[str, Any], str | None]] = []
+        self._lock = threading.Lock()
+        self._linger = threading.Event()
+        self._closed = False
+        self._flusher: threading.Thread | None = None
+        self._pid = os.getpid()
+
+    def report(self, metrics: dict[str, Any], checkpoint: Checkpoint | None) -> None:
+        now = time.perf_counter()
+        self.iteration += 1
+        self._iterations_since_restore += 1
+        result = dict(metrics)
+        result["training_iteration"] = self.iteration
+        result["time_this_iter_s"] = now - self._last_report
+        result["time_since_restore"] = now - self._start_perf
+        result["time_total_s"] = self._time_total_offset + (now - self._start_perf)
+        result["iterations_since_restore"] = self._iterations_since_restore
+        result["timestamp"] = int(self._start + (now - self._start_perf))
+        result["trial_id"] = self.context.trial_id
+        result["pid"] = self._pid
+        result.setdefault("done", False)
+        self._last_report = now
+        ckpt_path = None
+        if checkpoint is not None:
+            ckpt_path = persist_checkpoint(checkpoint.path, self.context.trial_dir, self.iteration)
+            result["checkpoint_dir_name"] = checkpoint_dir_name(self.iteration)
+        with self._lock:
+            self._buffer.append((result, ckpt_path))
+            urgent = ckpt_path is not None or self._sync or len(self._buffer) >= _MAX_BATCH
+            if urgent or now - self._last_flush >= _FLUSH_EVERY_S:
+                self._flush_locked(now)
+            else:
+                self._linger.set()
+        if self._flusher is None and not self._sync:
+            self._flusher = threading.Thread(target=self._flush_loop, daemon=True)
+            self._flusher.start()
+        decision = self._poll_control(self._sync)
+        if decision == "STOP" or decision == "PAUSE":
+            raise StopTrial(pause=decision == "PAUSE")
+        if self._meets_stop_criteria(result):
+            raise StopTrial()
+
+    def _meets_stop_criteria(self, result: dict[str, Any]) -> bool:
+        # The driver decides too; checking here makes `stop={"training_iteration": 10}` exact.
+        for key, bound in self._stop_criteria.items():
+            value = result.get(key)
+            try:
+                if value is not None and math.isfinite(value) and value >= bound:
+                    return True
+            except TypeError:
+                continue
+        return False
+
+    def flush(self) -> None:
+        with self._lock:
+            self._flush_locked(time.perf_counter())
+
+    def close(self) -> None:
+        self._closed = True
+        self.flush()
+        self._linger.set()
+
+    def _flush_locked(self, now: float) -> None:
+        if self._buffer:
+            batch, self._buffer = self._buffer, []
+            self._send(batch)
+        self._last_flush = now
+
+    def _flush_loop(self) -> None:
+        while not self._closed:
+            self._linger.wait()
+            if self._closed:
+                return
+            time.sleep(_LINGER_S)
+            with self._lock:
+                self._linger.clear()
+                if not self._closed:
+                    self._flush_locked(time.perf_counter())
+
+
+_session: TrialSession | None = None
+
+
+def _set_session(session: TrialSession | None) -> None:
+    global _session
+    _session = session
+
+
+def _require_session(what: str) -> TrialSession:
+    if _session is None:
+        raise RuntimeError(
+            f"tune.{what}() was called outside a tunefleet trial: call it from the "
+            "trainable passed to tune.Tuner(...) or tune.run(...)"
+        )
+    return _session
+
+
+def report(
+    metrics: dict[str, Any] | None = None,
+    *,
+    checkpoint: Checkpoint | None = None,
+    **kwargs: Any,
+) -> None:
+    """Report metrics (and optionally a checkpoint) for the current iteration.
+
+    Args:
+        metrics: a dict of metric names to values, e.g. ``{"loss": 0.3}``.
+        checkpoint: a `Checkpoint` whose directory is copied into the trial's storage.
+        **kwargs: metrics as keywords, the older form ``tune.report(loss=0.3)``.
+
+    Example:
+        >>> def train(config):  # doctest: +SKIP
+        ...     for step in range(10):
+        ...         tune.report({"loss": 1.0 / (step + 1)})
+    """
+    session = _require_session("report")
+    if metrics is None:
+        metrics = kwargs
+    elif not isinstance(metrics, dict):
+        raise TypeError(
+            "tune.report(metrics) takes a dict such as {'loss': 0.1}, "
+            f"not {type(metrics).__name__}"
+        )
+    elif kwargs:
+        metrics = {**metrics, **kwargs}
+    if checkpoint is not None and not isinstance(checkpoint, Checkpoint):
+        raise TypeError(
+            "tune.report(checkpoint=...) takes a tune.Checkpoint "
+            f"(tune.Checkpoint.from_directory(path)), not {type(checkpoint).__name__}"
+        )
+    session.report(metrics, checkpoint)
+
+
+def get_checkpoint() -> Checkpoint | None:
+    """The checkpoint to resume from (after a restart, a resume or a PBT exploit), or None."""
+    return _require_session("get_checkpoint").checkpoint
+
+
+def get_context() -> TuneContext:
+    """The current trial's id, name, directory, attempt and resources."""
+    return _require_session("get_context").context
+
+
+def get_trial_id() -> str:
+    return get_context().trial_id
+
+
+def get_trial_name() -> str:
+    return get_context().trial_name
+
+
+def get_trial_dir() -> str:
+    return get_context().trial_dir

@@ -1,0 +1,307 @@
+"""Read-only access to an experiment database, while it runs or after.
+
+The database is opened with ``mode=ro``: a reader never writes, never holds a
+transaction between calls, and so never blocks the writer (SQLite's WAL mode
+lets readers see the last committed state while a write is in progress).
+
+If an experiment directory was moved or copied, the absolute paths recorded in
+it (trial directories, checkpoints) are mapped into its new location.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import sqlite3
+from collections.abc import Iterable
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from tunefleet.store._schema import DB_FILENAME, TRIALS_DIRNAME, db_path, decode
+from tunefleet.store._schema import default_storage_path as _default_storage
+from tunefleet.store._writer import trial_from_row
+from tunefleet.trial import Trial
+
+_TRIALS_SEGMENT = os.sep + TRIALS_DIRNAME + os.sep
+
+
+class StoreReader:
+    """Reads one experiment's database; safe to use while the experiment runs.
+
+    Args:
+        experiment_path: the experiment directory, or its ``experiment.db``.
+
+    Raises:
+        FileNotFoundError: there is no experiment database there.
+
+    Example:
+        >>> with StoreReader(path) as reader:  # doctest: +SKIP
+        ...     for trial in reader.trials():
+        ...         print(trial.trial_id, trial.status.value, len(reader.results(trial.trial_id)))
+    """
+
+    def __init__(self, experiment_path: str | os.PathLike[str]) -> None:
+        self.db_path = db_path(experiment_path).resolve()
+        self.path = self.db_path.parent
+        if not self.db_path.is_file():
+            raise FileNotFoundError(f"No experiment database at {self.db_path}")
+        self._conn: sqlite3.Connection | None = _connect_read_only(self.db_path)
+        self._root = str(self.path)
+
+    @property
+    def _db(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise RuntimeError(f"the reader of {self.db_path} is closed")
+        return self._conn
+
+    def _rows(self, sql: str, params: Iterable[Any] = ()) -> list[Any]:
+        try:
+            return self._db.execute(sql, tuple(params)).fetchall()
+        except sqlite3.OperationalError as exc:
+            if "no such table" in str(exc):  # the writer is still creating the schema
+                return []
+            raise
+
+    # -- experiment-level ---------------------------------------------------------------
+    def meta(self) -> dict[str, Any]:
+        """All meta keys (name, metric, mode, status, ...) with their values."""
+        return {key: decode(value) for key, value in self._rows("SELECT key, value FROM meta")}
+
+    def state(self, key: str) -> dict[str, Any] | None:
+        """The saved state under `key` (``searcher``, ``scheduler``...), or None."""
+        rows = self._rows("SELECT value FROM state WHERE key = ?", (key,))
+        value = decode(rows[0][0]) if rows else None
+        return value if isinstance(value, dict) else None
+
+    def last_update(self) -> float | None:
+        """Time of the latest recorded write (trial update, event or result), or None."""
+        rows = self._rows(
+            "SELECT MAX(t) FROM (SELECT MAX(updated) AS t FROM trials "
+            "UNION ALL SELECT MAX(time) FROM events UNION ALL SELECT MAX(time) FROM results)"
+        )
+        return float(rows[0][0]) if rows and rows[0][0] is not None else None
+
+    # -- trials ---------------------------------------------------------------------------
+    def trials(self) -> list[Trial]:
+        """Every trial, in index order, in its latest flushed state."""
+        rows = self._rows("SELECT trial_id, data FROM trials ORDER BY idx, rowid")
+        return [self._relocate(trial_from_row(self.db_path, tid, data)) for tid, data in rows]
+
+    def trial(self, trial_id: str) -> Trial:
+        """One trial by id.
+
+        Raises:
+            KeyError: no such trial (the message lists a few that exist).
+        """
+        rows = self._rows("SELECT data FROM trials WHERE trial_id = ?", (trial_id,))
+        if not rows:
+            raise KeyError(self._unknown(trial_id))
+        return self._relocate(trial_from_row(self.db_path, trial_id, rows[0][0]))
+
+    def trial_ids(self) -> list[str]:
+        """The ids of all trials, in index order."""
+        return [r[0] for r in self._rows("SELECT trial_id FROM trials ORDER BY idx, rowid")]
+
+    def _unknown(self, trial_id: str) -> str:
+        ids = self.trial_ids()
+        if not ids:
+            return f"No trial {trial_id!r} in {self.path}: the experiment has no trials yet"
+        close = difflib.get_close_matches(trial_id, ids, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        shown = ", ".join(ids[:5]) + (f", ... ({len(ids)} in all)" if len(ids) > 5 else "")
+        return f"No trial {trial_id!r} in {self.path}{hint} (trials: {shown})"
+
+    def _require(self, trial_id: str) -> None:
+        if not self._rows("SELECT 1 FROM trials WHERE trial_id = ?", (trial_id,)):
+            raise KeyError(self._unknown(trial_id))
+
+    # -- results and checkpoints --------------------------------------------------------
+    def results(self, trial_id: str) -> list[dict[str, Any]]:
+        """Every result the trial reported, by training iteration.
+
+        Raises:
+            KeyError: no such trial.
+        """
+        rows = self._rows(
+            "SELECT data FROM results WHERE trial_id = ? ORDER BY iteration, rowid", (trial_id,)
+        )
+        if not rows:
+            self._require(trial_id)
+        return [decode(r[0]) for r in rows]
+
+    def all_results(self) -> dict[str, list[dict[str, Any]]]:
+        """Results of every trial (trial id -> results by iteration), in trial order."""
+        out: dict[str, list[dict[str, Any]]] = {tid: [] for tid in self.trial_ids()}
+        rows = self._rows("SELECT trial_id, data FROM results ORDER BY trial_id, iteration, rowid")
+        for trial_id, data in rows:
+            out.setdefault(trial_id, []).append(decode(data))
+        return out
+
+    def checkpoints(
+        self, trial_id: str, include_deleted: bool = False
+    ) -> list[tuple[int, str, dict[str, Any]]]:
+        """The trial's checkpoints as ``(iteration, path, metrics)``, oldest first.
+
+        Args:
+            trial_id: the trial.
+            include_deleted: also list checkpoints removed by retention.
+
+        Raises:
+            KeyError: no such trial.
+        """
+        where = "" if include_deleted else " AND deleted = 0"
+        rows = self._rows(
+            "SELECT iteration, path, metrics FROM checkpoints WHERE trial_id = ?"
+            + where
+            + " ORDER BY iteration, rowid",
+            (trial_id,),
+        )
+        if not rows:
+            self._require(trial_id)
+        return [(int(it), self._move(path), decode(metrics)) for it, path, metrics in rows]
+
+    def all_checkpoints(
+        self, include_deleted: bool = False
+    ) -> dict[str, list[tuple[int, str, dict[str, Any]]]]:
+        """`checkpoints` of every trial at once (trial id -> list), in trial order."""
+        out: dict[str, list[tuple[int, str, dict[str, Any]]]] = {t: [] for t in self.trial_ids()}
+        where = "" if include_deleted else " WHERE deleted = 0"
+        rows = self._rows(
+            "SELECT trial_id, iteration, path, metrics FROM checkpoints"
+            + where
+            + " ORDER BY trial_id, iteration, rowid"
+        )
+        for trial_id, it, path, metrics in rows:
+            out.setdefault(trial_id, []).append((int(it), self._move(path), decode(metrics)))
+        return out
+
+    # -- events -------------------------------------------------------------------------------
+    def events(
+        self, trial_id: str | None = None, kinds: str | Iterable[str] | None = None
+    ) -> list[dict[str, Any]]:
+        """The event log in order, as dicts ``{seq, time, trial_id, kind, data}``.
+
+        Args:
+            trial_id: only this trial's events (None: all, including experiment events).
+            kinds: only events of this kind or these kinds (``"failed"``, ``"started"``...).
+        """
+        clauses: list[str] = []
+        params: list[Any] = []
+        if trial_id is not None:
+            clauses.append("trial_id = ?")
+            params.append(trial_id)
+        if kinds is not None:
+            wanted = [kinds] if isinstance(kinds, str) else list(kinds)
+            clauses.append(f"kind IN ({', '.join('?' * len(wanted))})")
+            params.extend(wanted)
+        where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
+        rows = self._rows(
+            f"SELECT seq, time, trial_id, kind, data FROM events{where} ORDER BY seq", params
+        )
+        return [
+            {"seq": seq, "time": t, "trial_id": tid, "kind": kind, "data": decode(data)}
+            for seq, t, tid, kind, data in rows
+        ]
+
+    # -- lifetime -------------------------------------------------------------------------
+    def close(self) -> None:
+        """Close the connection; closing twice is harmless."""
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def __enter__(self) -> StoreReader:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"StoreReader({str(self.path)!r})"
+
+    # -- moved experiments ------------------------------------------------------------------
+    def _move(self, path: str) -> str:
+        """`path` as recorded, or inside this directory if the experiment was moved."""
+        if not path or path.startswith(self._root + os.sep):
+            return path
+        cut = path.rfind(_TRIALS_SEGMENT)
+        if cut < 0:
+            return path
+        moved = self._root + path[cut:]
+        return moved if os.path.exists(moved) else path
+
+    def _relocate(self, trial: Trial) -> Trial:
+        trial.path = self._move(trial.path)
+        if trial.latest_checkpoint:
+            trial.latest_checkpoint = self._move(trial.latest_checkpoint)
+        if trial.error is not None and trial.error.checkpoint:
+            trial.error.checkpoint = self._move(trial.error.checkpoint)
+        return trial
+
+
+def _connect_read_only(path: Path) -> sqlite3.Connection:
+    uri = path.as_uri() + "?mode=ro"
+    conn = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=10.0)
+    try:
+        conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+    except sqlite3.OperationalError:
+        conn.close()
+        if Path(str(path) + "-wal").exists():
+            raise
+        # A finished experiment in a directory we cannot write to (no -shm can be made):
+        # with no write-ahead log left, the file alone is the whole database.
+        conn = sqlite3.connect(uri + "&immutable=1", uri=True, isolation_level=None)
+    return conn
+
+
+def list_experiments(storage_path: str | os.PathLike[str] | None = None) -> list[Path]:
+    """The experiment directories directly under `storage_path`, by name.
+
+    Args:
+        storage_path: where to look (default: `default_storage_path()`).
+    """
+    root = Path(storage_path if storage_path is not None else _default_storage()).expanduser()
+    if not root.is_dir():
+        return []
+    return sorted((p for p in root.iterdir() if (p / DB_FILENAME).is_file()), key=lambda p: p.name)
+
+
+def resolve_experiment(
+    name_or_path: str, storage_path: str | os.PathLike[str] | None = None
+) -> Path:
+    """The directory of an experiment given by path (directory or its database) or by name.
+
+    Args:
+        name_or_path: a path to the experiment directory or to its ``experiment.db``,
+            or the name of an experiment under `storage_path`.
+        storage_path: where names are looked up (default: `default_storage_path()`).
+
+    Raises:
+        FileNotFoundError: nothing matches; the message lists the experiments that exist.
+    """
+    given = Path(name_or_path).expanduser()
+    if given.is_file() and given.suffix == ".db":
+        return given.resolve().parent
+    if (given / DB_FILENAME).is_file():
+        return given.resolve()
+    root = Path(storage_path if storage_path is not None else _default_storage()).expanduser()
+    if not given.is_absolute() and (root / given / DB_FILENAME).is_file():
+        return (root / given).resolve()
+    names = [p.name for p in list_experiments(root)]
+    close = difflib.get_close_matches(str(name_or_path), names, n=1)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    if names:
+        shown = ", ".join(names[:10]) + (f", ... ({len(names)} in all)" if len(names) > 10 else "")
+        known = f"experiments under {root}: {shown}"
+    else:
+        known = f"there are no experiments under {root}"
+    raise FileNotFoundError(
+        f"No experiment {str(name_or_path)!r}: not a directory with an {DB_FILENAME}, nor an "
+        f"experiment name under {root}.{hint} ({known})"
+    )

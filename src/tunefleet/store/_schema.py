@@ -1,0 +1,139 @@
+"""The experiment database: file layout, schema, and the JSON encoding of every value.
+
+Columns that hold JSON are declared TEXT on purpose: SQLite gives a column typed
+``JSON`` NUMERIC affinity, which would turn the text ``"5"`` into the integer 5.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+DB_FILENAME = "experiment.db"
+TRIALS_DIRNAME = "trials"
+SCHEMA_VERSION = 1
+DEFAULT_STORAGE = "~/tunefleet_results"
+STORAGE_ENV = "TUNEFLEET_STORAGE"
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS state (key TEXT PRIMARY KEY, value TEXT NOT NULL, updated REAL);
+CREATE TABLE IF NOT EXISTS trials (
+    trial_id TEXT PRIMARY KEY,
+    idx INTEGER NOT NULL,
+    name TEXT NOT NULL,
+    status TEXT NOT NULL,
+    data TEXT NOT NULL,
+    updated REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS events (
+    seq INTEGER PRIMARY KEY,
+    time REAL NOT NULL,
+    trial_id TEXT,
+    kind TEXT NOT NULL,
+    data TEXT
+);
+CREATE INDEX IF NOT EXISTS events_by_trial ON events (trial_id, seq);
+CREATE TABLE IF NOT EXISTS results (
+    trial_id TEXT NOT NULL,
+    iteration INTEGER,
+    time REAL NOT NULL,
+    data TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS results_by_trial ON results (trial_id, iteration);
+CREATE TABLE IF NOT EXISTS checkpoints (
+    trial_id TEXT NOT NULL,
+    iteration INTEGER,
+    path TEXT NOT NULL,
+    metrics TEXT NOT NULL,
+    time REAL NOT NULL,
+    deleted INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS checkpoints_by_trial ON checkpoints (trial_id, iteration);
+CREATE INDEX IF NOT EXISTS checkpoints_by_path ON checkpoints (path);
+"""
+
+
+def default_storage_path() -> str:
+    """Where experiments go when no storage path is given.
+
+    ``$TUNEFLEET_STORAGE`` if set, else ``~/tunefleet_results`` (user-expanded).
+    """
+    return os.path.expanduser(os.environ.get(STORAGE_ENV) or DEFAULT_STORAGE)
+
+
+def db_path(experiment_path: str | os.PathLike[str]) -> Path:
+    """The database file of an experiment directory (or the file itself if given)."""
+    path = Path(experiment_path).expanduser()
+    return path if path.name == DB_FILENAME and not path.is_dir() else path / DB_FILENAME
+
+
+def _default(obj: Any) -> Any:
+    """`json.dumps` hook: numpy scalars and arrays become numbers and lists, the rest text."""
+    if isinstance(obj, enum.Enum):
+        return obj.value
+    for method in ("item", "tolist"):  # numpy / torch scalars, then arrays
+        convert = getattr(obj, method, None)
+        if callable(convert):
+            try:
+                value = convert()
+            except (TypeError, ValueError, RuntimeError):
+                continue
+            if value is not obj:
+                return value
+    if isinstance(obj, (set, frozenset)):
+        return sorted(obj, key=str)
+    return str(obj)
+
+
+def _plain(obj: Any, depth: int = 0) -> Any:
+    """A copy of `obj` made only of JSON types (str() wherever nothing better works)."""
+    if obj is None or isinstance(obj, (str, bool, int, float)):
+        return obj
+    if depth > 64:
+        return str(obj)
+    if isinstance(obj, dict):
+        return {str(k): _plain(v, depth + 1) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_plain(v, depth + 1) for v in obj]
+    try:
+        converted = _default(obj)
+    except Exception:
+        return _safe_str(obj)
+    if converted is obj or isinstance(converted, str):
+        return converted if isinstance(converted, str) else _safe_str(obj)
+    return _plain(converted, depth + 1)
+
+
+def _safe_str(obj: Any) -> str:
+    try:
+        return str(obj)
+    except Exception:
+        return f"<unprintable {type(obj).__name__}>"
+
+
+def encode(obj: Any) -> str:
+    """JSON text of `obj`; never raises.
+
+    NaN and infinities are written as ``NaN`` / ``Infinity`` (what `json.loads`
+    reads back). Values json cannot take go through `.item()` / `.tolist()`, else
+    `str()`; keys that are not strings become strings.
+    """
+    try:
+        return json.dumps(obj, default=_default, separators=(",", ":"))
+    except (TypeError, ValueError, RecursionError):
+        pass
+    try:
+        return json.dumps(_plain(obj), separators=(",", ":"))
+    except (TypeError, ValueError, RecursionError):
+        return json.dumps(_safe_str(obj))
+
+
+def decode(text: str | bytes | None) -> Any:
+    """Read what `encode` wrote (None stays None)."""
+    if text is None:
+        return None
+    return json.loads(text)

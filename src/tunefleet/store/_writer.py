@@ -1,0 +1,259 @@
+"""The writer side of the experiment database: the controller's only way to persist.
+
+Every call only appends to an in-memory buffer (its cost does not depend on how
+many trials or results exist); `flush()` writes the whole buffer in one
+transaction. Trials are serialized at flush time, so updating one trial many
+times in a step costs a single row write.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sqlite3
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from tunefleet.store._schema import (
+    DB_FILENAME,
+    SCHEMA,
+    SCHEMA_VERSION,
+    TRIALS_DIRNAME,
+    decode,
+    encode,
+)
+from tunefleet.trial import Trial
+
+logger = logging.getLogger("tunefleet")
+
+_UPSERT_TRIAL = (
+    "INSERT INTO trials (trial_id, idx, name, status, data, updated) VALUES (?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT (trial_id) DO UPDATE SET idx = excluded.idx, name = excluded.name, "
+    "status = excluded.status, data = excluded.data, updated = excluded.updated"
+)
+_UPSERT_META = (
+    "INSERT INTO meta (key, value) VALUES (?, ?) "
+    "ON CONFLICT (key) DO UPDATE SET value = excluded.value"
+)
+_UPSERT_STATE = (
+    "INSERT INTO state (key, value, updated) VALUES (?, ?, ?) "
+    "ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated = excluded.updated"
+)
+
+
+class ExperimentStore:
+    """One experiment's SQLite database, opened for writing by its single writer.
+
+    Creates the directory, the database and its schema if missing; reopening an
+    existing experiment (resume) keeps everything and appends after it.
+
+    Args:
+        experiment_path: the experiment directory (``<storage>/<name>``).
+
+    Example:
+        >>> import tempfile
+        >>> store = ExperimentStore(tempfile.mkdtemp())
+        >>> store.write_meta({"metric": "loss", "mode": "min"})
+        >>> store.close()  # flushes
+    """
+
+    def __init__(self, experiment_path: str | os.PathLike[str]) -> None:
+        self.path = Path(experiment_path).expanduser()
+        (self.path / TRIALS_DIRNAME).mkdir(parents=True, exist_ok=True)
+        self.db_path = self.path / DB_FILENAME
+        self._conn: sqlite3.Connection | None = sqlite3.connect(
+            self.db_path, isolation_level=None, timeout=30.0
+        )
+        self._conn.execute("PRAGMA journal_mode=WAL")
+        self._conn.execute("PRAGMA synchronous=NORMAL")
+        self._conn.executescript(SCHEMA)
+        self._meta: dict[str, str] = {}
+        self._state: dict[str, tuple[str, float]] = {}
+        self._dirty: dict[str, Trial] = {}
+        self._events: list[tuple[float, str | None, str, str | None]] = []
+        self._results: list[tuple[str, int | None, float, str]] = []
+        self._checkpoints: list[tuple[str, int, str, str, float]] = []
+        self._deleted: list[tuple[str]] = []
+        self._check_version()
+
+    def _check_version(self) -> None:
+        row = self._db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        if row is None:
+            self._db.execute(_UPSERT_META, ("schema_version", encode(SCHEMA_VERSION)))
+            return
+        found = decode(row[0])
+        if not isinstance(found, int) or found > SCHEMA_VERSION:
+            self._db.close()
+            self._conn = None
+            raise RuntimeError(
+                f"{self.db_path} has schema version {found!r}, newer than this tunefleet "
+                f"understands ({SCHEMA_VERSION}); upgrade tunefleet to write to it"
+            )
+
+    @property
+    def _db(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise RuntimeError(f"the experiment store at {self.path} is closed")
+        return self._conn
+
+    # -- buffered writes ------------------------------------------------------------------
+    def write_meta(self, meta: dict[str, Any]) -> None:
+        """Set (insert or replace) each key of `meta`; other keys are kept."""
+        for key, value in meta.items():
+            self._meta[str(key)] = encode(value)
+
+    def add_trial(self, trial: Trial) -> None:
+        """Record a new trial (its row and an ``added`` event)."""
+        self._dirty[trial.trial_id] = trial
+        data = {"index": trial.index, "name": trial.name, "config": trial.config}
+        self._events.append((time.time(), trial.trial_id, "added", encode(data)))
+
+    def update_trial(self, trial: Trial) -> None:
+        """Remember `trial`; its state at the next `flush()` is what gets written."""
+        self._dirty[trial.trial_id] = trial
+
+    def add_event(
+        self, trial_id: str | None, kind: str, data: dict[str, Any] | None = None
+    ) -> None:
+        """Append an event (``started``, ``failed``, ``paused``...) to the log."""
+        text = None if data is None else encode(data)
+        self._events.append((time.time(), trial_id, kind, text))
+
+    def add_result(self, trial_id: str, result: dict[str, Any]) -> None:
+        """Append one reported result (encoded now, so later changes to it do not leak in)."""
+        self._results.append(
+            (trial_id, _iteration(result.get("training_iteration")), time.time(), encode(result))
+        )
+
+    def add_checkpoint(
+        self, trial_id: str, iteration: int, path: str, metrics: dict[str, Any]
+    ) -> None:
+        """Record a checkpoint persisted at `path` with the metrics it was saved with."""
+        self._checkpoints.append((trial_id, int(iteration), path, encode(metrics), time.time()))
+
+    def mark_checkpoint_deleted(self, path: str) -> None:
+        """Record that the checkpoint at `path` was removed from disk (retention)."""
+        self._deleted.append((path,))
+
+    def save_state(self, key: str, state: dict[str, Any]) -> None:
+        """Keep the JSON-able state of a searcher, scheduler or stopper under `key`."""
+        self._state[key] = (encode(state), time.time())
+
+    # -- the transaction --------------------------------------------------------------------
+    def flush(self) -> None:
+        """Write everything buffered since the last flush in one transaction.
+
+        If the write fails (disk full, database locked by another process), the
+        transaction is rolled back and the buffer kept for the next flush.
+        """
+        if not (
+            self._meta
+            or self._state
+            or self._dirty
+            or self._events
+            or self._results
+            or self._checkpoints
+            or self._deleted
+        ):
+            return
+        db = self._db
+        now = time.time()
+        trials = [
+            (t.trial_id, t.index, t.name, t.status.value, encode(t.to_json()), now)
+            for t in self._dirty.values()
+        ]
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            db.executemany(_UPSERT_META, self._meta.items())
+            db.executemany(_UPSERT_TRIAL, trials)
+            db.executemany(
+                "INSERT INTO events (time, trial_id, kind, data) VALUES (?, ?, ?, ?)", self._events
+            )
+            db.executemany(
+                "INSERT INTO results (trial_id, iteration, time, data) VALUES (?, ?, ?, ?)",
+                self._results,
+            )
+            db.executemany(
+                "INSERT INTO checkpoints (trial_id, iteration, path, metrics, time, deleted) "
+                "VALUES (?, ?, ?, ?, ?, 0)",
+                self._checkpoints,
+            )
+            db.executemany("UPDATE checkpoints SET deleted = 1 WHERE path = ?", self._deleted)
+            db.executemany(_UPSERT_STATE, ((k, v, t) for k, (v, t) in self._state.items()))
+            db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+        self._meta.clear()
+        self._state.clear()
+        self._dirty.clear()
+        self._events.clear()
+        self._results.clear()
+        self._checkpoints.clear()
+        self._deleted.clear()
+
+    def close(self) -> None:
+        """Flush and close; closing twice is harmless."""
+        if self._conn is None:
+            return
+        try:
+            self.flush()
+        finally:
+            self._conn.close()
+            self._conn = None
+
+    def __enter__(self) -> ExperimentStore:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- reads for resume -----------------------------------------------------------------
+    def load_trials(self) -> list[Trial]:
+        """Every trial recorded so far, by index (what the controller resumes from)."""
+        self.flush()
+        rows = self._db.execute("SELECT trial_id, data FROM trials ORDER BY idx, rowid")
+        return [trial_from_row(self.db_path, trial_id, data) for trial_id, data in rows]
+
+    def load_meta(self) -> dict[str, Any]:
+        """All meta keys with their values."""
+        self.flush()
+        return {k: decode(v) for k, v in self._db.execute("SELECT key, value FROM meta")}
+
+    def load_state(self, key: str) -> dict[str, Any] | None:
+        """What `save_state(key, ...)` last saved, or None."""
+        self.flush()
+        row = self._db.execute("SELECT value FROM state WHERE key = ?", (key,)).fetchone()
+        return None if row is None else _as_dict(decode(row[0]))
+
+    def __repr__(self) -> str:
+        return f"ExperimentStore({str(self.path)!r})"
+
+
+def trial_from_row(db: Path, trial_id: str, data: str) -> Trial:
+    """A `Trial` from its stored JSON, with a clear error when it cannot be read."""
+    try:
+        return Trial.from_json(decode(data))
+    except (TypeError, ValueError, KeyError) as exc:
+        raise ValueError(
+            f"trial {trial_id!r} in {db}: its stored record is unreadable: {exc}"
+        ) from exc
+
+
+def _as_dict(value: Any) -> dict[str, Any] | None:
+    return value if isinstance(value, dict) else None
+
+
+def _iteration(value: Any) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError, OverflowError):
+        return None

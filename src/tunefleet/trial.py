@@ -1,0 +1,161 @@
+"""The trial record: status, failure record, and their JSON forms.
+
+A `Trial` is plain data owned by the controller. Schedulers, searchers and
+callbacks receive it read-only; the store persists it as JSON columns.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class TrialStatus(str, enum.Enum):
+    """Lifecycle: PENDING -> RUNNING -> (PAUSED -> RUNNING)* -> TERMINATED | ERROR."""
+
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    PAUSED = "PAUSED"
+    TERMINATED = "TERMINATED"
+    ERROR = "ERROR"
+
+    @property
+    def is_finished(self) -> bool:
+        return self in (TrialStatus.TERMINATED, TrialStatus.ERROR)
+
+
+class FailureKind(str, enum.Enum):
+    """Why a trial failed. A crash is never recorded as a success."""
+
+    EXCEPTION = "EXCEPTION"  # the trainable raised
+    CRASH = "CRASH"  # the process died: signal or non-zero exit
+    OOM = "OOM"
+    GPU_OOM = "GPU_OOM"
+    TIMEOUT = "TIMEOUT"
+    NAN_METRIC = "NAN_METRIC"
+    NO_RESULT = "NO_RESULT"  # returned cleanly without reporting anything
+    NODE_LOST = "NODE_LOST"
+
+
+@dataclass
+class FailureRecord:
+    """What went wrong with one attempt of a trial."""
+
+    kind: FailureKind
+    message: str
+    traceback: str | None = None
+    exception_type: str | None = None
+    signal: str | None = None
+    exit_code: int | None = None
+    stderr_tail: str | None = None
+    attempt: int = 0
+    iteration: int | None = None
+    checkpoint: str | None = None
+    time: float = field(default_factory=time.time)
+
+    def one_line(self) -> str:
+        """The cause in one line, for summaries and tables."""
+        detail = self.message.strip().splitlines()[-1] if self.message.strip() else ""
+        if self.kind is FailureKind.EXCEPTION and self.exception_type:
+            cause = f"{self.exception_type}: {detail}" if detail else self.exception_type
+        else:
+            cause = detail or (self.signal or f"exit code {self.exit_code}")
+        where = f" at iteration {self.iteration}" if self.iteration else ""
+        return f"{self.kind.value}{where}: {cause}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind.value,
+            "message": self.message,
+            "traceback": self.traceback,
+            "exception_type": self.exception_type,
+            "signal": self.signal,
+            "exit_code": self.exit_code,
+            "stderr_tail": self.stderr_tail,
+            "attempt": self.attempt,
+            "iteration": self.iteration,
+            "checkpoint": self.checkpoint,
+            "time": self.time,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> FailureRecord:
+        return cls(**{**data, "kind": FailureKind(data["kind"])})
+
+    def __str__(self) -> str:
+        return self.one_line()
+
+
+@dataclass
+class Trial:
+    """One configuration being trained, and everything known about it.
+
+    `epoch` counts the starts of this trial (first start, resumes, retries): the
+    backend tags every message with it, so late messages of an old attempt are
+    recognised and dropped. `attempt` counts failures that were retried.
+    """
+
+    trial_id: str
+    index: int
+    name: str
+    config: dict[str, Any]
+    resources: dict[str, float]
+    path: str  # the trial's directory
+    status: TrialStatus = TrialStatus.PENDING
+    attempt: int = 0
+    epoch: int = 0
+    num_results: int = 0
+    last_result: dict[str, Any] | None = None
+    latest_checkpoint: str | None = None
+    checkpoint_iteration: int = 0  # training_iteration at latest_checkpoint
+    checkpoint_time_total: float = 0.0  # time_total_s at latest_checkpoint
+    error: FailureRecord | None = None
+    stop_reason: str | None = None
+    created_at: float = field(default_factory=time.time)
+    started_at: float | None = None
+    ended_at: float | None = None
+
+    @property
+    def iteration(self) -> int:
+        if self.last_result is None:
+            return 0
+        return int(self.last_result.get("training_iteration", 0))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "trial_id": self.trial_id,
+            "index": self.index,
+            "name": self.name,
+            "config": self.config,
+            "resources": self.resources,
+            "path": self.path,
+            "status": self.status.value,
+            "attempt": self.attempt,
+            "epoch": self.epoch,
+            "num_results": self.num_results,
+            "last_result": self.last_result,
+            "latest_checkpoint": self.latest_checkpoint,
+            "checkpoint_iteration": self.checkpoint_iteration,
+            "checkpoint_time_total": self.checkpoint_time_total,
+            "error": self.error.to_json() if self.error else None,
+            "stop_reason": self.stop_reason,
+            "created_at": self.created_at,
+            "started_at": self.started_at,
+            "ended_at": self.ended_at,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Trial:
+        error = data.get("error")
+        return cls(
+            **{
+                **data,
+                "status": TrialStatus(data["status"]),
+                "error": FailureRecord.from_json(error) if error else None,
+            }
+        )
+
+    def __repr__(self) -> str:
+        return f"Trial({self.name!r}, {self.status.value})"

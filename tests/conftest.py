@@ -1,0 +1,40 @@
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import psutil
+import pytest
+
+
+@pytest.fixture
+def storage(tmp_path: Path) -> str:
+    path = tmp_path / "results"
+    path.mkdir()
+    return str(path)
+
+
+@pytest.fixture(autouse=True)
+def _no_leftover_processes() -> object:
+    """Every test must leave no worker process behind."""
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    yield
+    leftovers = [
+        p
+        for p in psutil.Process().children(recursive=True)
+        if p.pid not in before and p.status() != psutil.STATUS_ZOMBIE
+    ]
+    for p in leftovers:
+        p.kill()
+    assert not leftovers, f"processes left behind: {[p.cmdline() for p in leftovers]}"
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False

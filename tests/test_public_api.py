@@ -1,0 +1,73 @@
+"""The public surface: pinned exports, a light import, Ray Tune's names."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import tunefleet as tune
+
+EXPECTED = {
+    "Callback",
+    "Checkpoint",
+    "CheckpointConfig",
+    "ExperimentAnalysis",
+    "FailureConfig",
+    "FailureKind",
+    "FailureRecord",
+    "Result",
+    "ResultGrid",
+    "RunConfig",
+    "Stopper",
+    "Trainable",
+    "Trial",
+    "TrialError",
+    "TrialStatus",
+    "TuneConfig",
+    "TuneContext",
+    "TuneError",
+    "Tuner",
+    "__version__",
+    "choice",
+    "get_checkpoint",
+    "get_context",
+    "grid_search",
+    "lograndint",
+    "loguniform",
+    "qlograndint",
+    "qloguniform",
+    "qrandint",
+    "qrandn",
+    "quniform",
+    "randint",
+    "randn",
+    "report",
+    "run",
+    "sample_from",
+    "uniform",
+    "with_parameters",
+    "with_resources",
+}
+
+
+def test_exports_are_pinned() -> None:
+    assert set(tune.__all__) == EXPECTED
+    for name in tune.__all__:
+        assert getattr(tune, name) is not None, name
+
+
+def test_import_is_light() -> None:
+    code = (
+        "import sys, tunefleet; "
+        "heavy = [m for m in ('pandas', 'numpy', 'torch', 'ray', 'sqlite3') if m in sys.modules]; "
+        "print(','.join(heavy))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
+
+
+def test_subpackages_export_their_names() -> None:
+    from tunefleet import schedulers, search
+
+    assert {"FIFOScheduler", "TrialScheduler", "Decision"} <= set(schedulers.__all__)
+    assert {"Searcher", "BasicVariantGenerator", "FINISHED"} <= set(search.__all__)
