@@ -421,7 +421,12 @@ def test_sample_from_spec_access_styles() -> None:
     }
     config = resolve(space, random.Random(0))
     assert config["attr"] == config["item"] == 0.5
-    assert (config["get"], config["has"], config["noarg"], config["list"]) == (7, (True, False), 42, 3)
+    assert (config["get"], config["has"], config["noarg"], config["list"]) == (
+        7,
+        (True, False),
+        42,
+        3,
+    )
     assert config["whole"] == {"lr": 0.5} and type(config["whole"]) is dict
     assert config["layers"] == [1, 2]
     assert resolve(space, random.Random(0))["rng"] == config["rng"]

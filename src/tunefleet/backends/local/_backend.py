@@ -43,6 +43,7 @@ class _Worker:
     kill_deadline: float | None = None  # when SIGTERM turns into SIGKILL
     stopping: bool = False
     ready: bool = False
+    retiring: bool = False  # told to exit; never given another trial
 
     @property
     def pid(self) -> int:
@@ -192,7 +193,7 @@ class LocalBackend(Backend):
             returncode = worker.proc.wait()
         _killpg(worker.pid, signal.SIGKILL)  # no orphan of the trial survives it
         worker.conn.close()
-        if not worker.ready and self.fatal is None and not worker.stopping:
+        if not worker.ready and self.fatal is None and not (worker.stopping or worker.retiring):
             self._log.flush()
             tail = _stderr_tail(self._log.name)
             self.fatal = FailureRecord(
@@ -233,10 +234,10 @@ class LocalBackend(Backend):
     # -- workers -------------------------------------------------------------------------
     def _idle_worker(self, gpus: tuple[str, ...]) -> _Worker | None:
         for worker in self._workers.values():
-            if worker.launch is None and worker.gpus == gpus:
+            if worker.launch is None and not worker.retiring and worker.gpus == gpus:
                 return worker
         for worker in list(self._workers.values()):
-            if worker.launch is None:  # an idle worker bound to other GPUs: make room
+            if worker.launch is None and not worker.retiring:  # bound to other GPUs: make room
                 self._retire(worker)
                 break
         return None
@@ -271,6 +272,7 @@ class LocalBackend(Backend):
         return worker
 
     def _retire(self, worker: _Worker) -> None:
+        worker.retiring = True
         self._send(worker, ("exit",))
 
     def _send(self, worker: _Worker, msg: tuple[Any, ...]) -> None:
