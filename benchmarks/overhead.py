@@ -19,11 +19,13 @@ Figures (the same definitions for every framework):
     ``Tuner(...)``; for Optuna ``create_study``) until ``fit()`` (``optimize``)
     returns. Interpreter start and the framework's import are not included.
 ``overhead_ms_per_trial``
-    ``(wall_s - ideal_s) / trials * concurrency`` in milliseconds, with
-    ``ideal_s = 0`` because the trials do no work. With ``concurrency`` slots busy
-    in parallel the trials take ``trials / concurrency`` turns of a slot; this is the
-    average length of one turn: the time the framework needs to choose, start, feed,
-    record and end one trial. Start-up is spread over the trials.
+    ``(wall_s - ideal_s) / trials`` in milliseconds, with ``ideal_s = 0`` because
+    the trials do no work: the experiment's wall time per trial, start-up included.
+    This is the figure the targets use (Ray Tune: about 80 s / 1,000 = 80 ms).
+``slot_ms_per_trial``
+    ``overhead_ms_per_trial * concurrency``: with ``concurrency`` slots busy in
+    parallel, the average time one slot spends on one trial (choosing, starting,
+    feeding, recording and ending it). The stricter of the two figures.
 ``results_per_s``
     ``trials * reports / wall_s``: results reported and recorded per second.
 ``import_s``
@@ -240,7 +242,8 @@ def overhead_figures(
     ideal = 0.0  # the trials do no work
     return {
         "wall_s": wall,
-        "overhead_ms_per_trial": (wall - ideal) / trials * concurrency * 1000.0,
+        "overhead_ms_per_trial": (wall - ideal) / trials * 1000.0,
+        "slot_ms_per_trial": (wall - ideal) / trials * concurrency * 1000.0,
         "results_per_s": trials * reports / max(wall, 1e-9),
     }
 
@@ -492,6 +495,7 @@ def _ratio(ours: Any, peer: Any, better: str) -> str:
 ROWS: tuple[tuple[str, str, str, str, str], ...] = (
     ("total wall time (s)", "overhead", "wall_s", "s", "lower"),
     ("overhead per trial (ms)", "overhead", "overhead_ms_per_trial", "ms", "lower"),
+    ("slot time per trial (ms)", "overhead", "slot_ms_per_trial", "ms", "lower"),
     ("results per second", "overhead", "results_per_s", "rate", "higher"),
     ("import (s)", "overhead", "import_s", "s", "lower"),
     ("setup+fit -> first trial (s)", "overhead", "first_trial_s", "s", "lower"),
