@@ -170,11 +170,12 @@ DRIVER = textwrap.dedent(
     def slow(config):
         for i in range(10_000):
             tune.report(loss=1.0 / (i + 1))
-            time.sleep(0.05)
+            time.sleep(config["pause"])
 
     if __name__ == "__main__":
         results = tune.Tuner(
             slow,
+            param_space={"pause": 0.05 if sys.argv[2] == "responsive" else 600},
             tune_config=tune.TuneConfig(num_samples=4, metric="loss", mode="min"),
             run_config=tune.RunConfig(name="ctrlc", storage_path=sys.argv[1], verbose=1),
         ).fit()
@@ -183,11 +184,16 @@ DRIVER = textwrap.dedent(
 )
 
 
-def test_ctrl_c_stops_cleanly(storage: str, tmp_path: Path) -> None:
+def start_driver(
+    storage: str, tmp_path: Path, trials: str, min_results: int
+) -> tuple[subprocess.Popen[str], list[int], Path]:
+    """A driver process running DRIVER, once two trials have `min_results` results."""
+    import psutil
+
     script = tmp_path / "driver.py"
     script.write_text(DRIVER)
     proc = subprocess.Popen(
-        [sys.executable, str(script), storage],
+        [sys.executable, str(script), storage, trials],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -196,28 +202,45 @@ def test_ctrl_c_stops_cleanly(storage: str, tmp_path: Path) -> None:
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         if db.exists():
-            reader = StoreReader(db.parent)
-            running = [t for t in reader.trials() if t.num_results >= 3]
-            reader.close()
+            with StoreReader(db.parent) as reader:
+                running = [t for t in reader.trials() if t.num_results >= min_results]
             if len(running) >= 2:
                 break
         time.sleep(0.2)
     else:
         proc.kill()
         pytest.fail("trials did not start")
-    import psutil
-
     workers = [p.pid for p in psutil.Process(proc.pid).children(recursive=True)]
     assert workers
-    proc.send_signal(signal.SIGINT)
-    out, _ = proc.communicate(timeout=60)
+    return proc, workers, db
+
+
+def assert_stopped_cleanly(proc: subprocess.Popen[str], workers: list[int], db: Path) -> str:
+    out, _ = proc.communicate(timeout=50)
     assert proc.returncode == 0, out
     assert "FIT RETURNED" in out
     assert "Experiment finished" in out
     time.sleep(0.2)
     assert not [p for p in workers if pid_alive(p)]
-    reader = StoreReader(db.parent)
-    statuses = {t.status for t in reader.trials()}
-    assert statuses == {tune.TrialStatus.PAUSED}
-    assert reader.meta()["status"] == "interrupted"
-    assert all(len(reader.results(t.trial_id)) >= 1 for t in reader.trials())
+    with StoreReader(db.parent) as reader:
+        assert {t.status for t in reader.trials()} == {tune.TrialStatus.PAUSED}
+        assert reader.meta()["status"] == "interrupted"
+        assert all(len(reader.results(t.trial_id)) >= 1 for t in reader.trials())
+    return out
+
+
+def test_ctrl_c_stops_cleanly(storage: str, tmp_path: Path) -> None:
+    proc, workers, db = start_driver(storage, tmp_path, "responsive", min_results=3)
+    proc.send_signal(signal.SIGINT)
+    out = assert_stopped_cleanly(proc, workers, db)
+    assert "Interrupted again" not in out
+
+
+def test_second_ctrl_c_kills_trials_that_do_not_listen(storage: str, tmp_path: Path) -> None:
+    # The trials sleep 600 s between reports, so they never see the polite stop.
+    proc, workers, db = start_driver(storage, tmp_path, "deaf", min_results=1)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    out = assert_stopped_cleanly(proc, workers, db)
+    assert "Interrupted again: killing the trials now" in out

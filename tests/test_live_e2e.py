@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 import tunefleet as tune
+from tunefleet.search import BasicVariantGenerator
 from tunefleet.space import SearchSpaceError
 from tunefleet.store import StoreReader
 
@@ -157,3 +158,38 @@ def test_invalid_space_is_rejected_before_any_process_starts(storage: str) -> No
             run_config=tune.RunConfig(name="bad", storage_path=storage, verbose=0),
         ).fit()
     assert not any(Path(storage).iterdir()), os.listdir(storage)
+
+
+def nested_scalars(config: dict[str, Any]) -> None:
+    import numpy as np
+    import torch
+
+    for step in range(3):
+        loss = config["x"] + step
+        tune.report({"val": {"loss": np.float32(loss)}, "t": torch.tensor(loss * 2.0)})
+
+
+class RecordingSearch(BasicVariantGenerator):
+    """Random search that keeps what the controller hands it."""
+
+    def __init__(self) -> None:
+        super().__init__(seed=0)
+        self.seen: list[Any] = []
+
+    def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
+        self.seen.append(result["val"]["loss"])
+
+
+def test_nested_metric_with_numpy_and_torch_scalars_reaches_the_searcher(storage: str) -> None:
+    searcher = RecordingSearch()
+    grid = tune.Tuner(
+        nested_scalars,
+        param_space={"x": tune.grid_search([2.0, 1.0])},
+        tune_config=tune.TuneConfig(metric="val/loss", mode="min", search_alg=searcher),
+        run_config=tune.RunConfig(storage_path=storage, verbose=0),
+    ).fit()
+    assert sorted(searcher.seen) == [1.0, 2.0, 2.0, 3.0, 3.0, 4.0]
+    assert all(type(v) is float for v in searcher.seen)
+    best = grid.get_best_result()
+    assert best.config == {"x": 1.0}
+    assert best.metrics["val"]["loss"] == 3.0 and best.metrics["t"] == 6.0

@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from tunefleet import __version__
-from tunefleet._progress import StatusReporter
+from tunefleet._progress import StatusReporter, warnings_shown
 from tunefleet.backends.local import LocalBackend
 from tunefleet.checkpoint import CheckpointKeeper
 from tunefleet.config import RunConfig, TuneConfig
@@ -23,6 +23,13 @@ def run_experiment(
     trainable: Any, param_space: dict[str, Any], tune_config: TuneConfig, run_config: RunConfig
 ) -> str:
     """Run the experiment; return its directory."""
+    with warnings_shown(run_config.verbose):
+        return _run(trainable, param_space, tune_config, run_config)
+
+
+def _run(
+    trainable: Any, param_space: dict[str, Any], tune_config: TuneConfig, run_config: RunConfig
+) -> str:
     from tunefleet.space import space_to_json
     from tunefleet.stoppers import make_stopper
     from tunefleet.store import ExperimentStore

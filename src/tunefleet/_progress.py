@@ -6,13 +6,41 @@ every 30 s otherwise) and the summary; 2 also one line per trial that ends.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import math
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
 from typing import Any, TextIO
 
 from tunefleet.trial import Trial, TrialStatus
+
+
+@contextlib.contextmanager
+def warnings_shown(verbose: int) -> Iterator[None]:
+    """Show tunefleet's warnings on stderr while a run goes on, unless logging is set up.
+
+    The package's logger has only a NullHandler, so without this a user who never
+    configured logging would miss warnings such as a renamed experiment directory
+    or a Ctrl-C being handled. With verbose=0, or handlers of their own, nothing changes.
+    """
+    logger = logging.getLogger("tunefleet")
+    configured = logging.getLogger().handlers or any(
+        not isinstance(h, logging.NullHandler) for h in logger.handlers
+    )
+    if verbose == 0 or configured:
+        yield
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setLevel(logging.WARNING)
+    handler.setFormatter(logging.Formatter("tunefleet %(levelname)s: %(message)s"))
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
 
 
 class StatusReporter:

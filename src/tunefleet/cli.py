@@ -21,7 +21,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from tunefleet.results import SCOPES, ResultGrid, metric_value
+from tunefleet._metrics import metric_value
+from tunefleet.results import SCOPES, ResultGrid
 from tunefleet.store import (
     StoreReader,
     default_storage_path,

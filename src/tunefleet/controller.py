@@ -11,11 +11,14 @@ from __future__ import annotations
 import logging
 import math
 import os
+import signal
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from tunefleet._metrics import MISSING, as_number, lookup, metric_value
 from tunefleet.backends._base import Backend, Event, Finished, Results, TrialLaunch
 from tunefleet.callbacks import Callback
 from tunefleet.checkpoint import Checkpoint, CheckpointKeeper
@@ -95,30 +98,35 @@ class Controller:
         self.iteration = 0
         self._started = clock()
         self._missing_metric_warned: set[str] = set()
+        self._ctrl_c = _CtrlC()
 
     # -- the loop ------------------------------------------------------------------------
     def run(self) -> None:
         for cb in self.callbacks:
             cb.setup(stop=self.stopper, num_samples=self.spec.num_samples)
-        try:
-            while not self.is_finished():
-                self.step()
-        except KeyboardInterrupt:
-            logger.warning("Interrupted: stopping the running trials (they can be resumed)")
-            self._wind_down("interrupted")
-        except BaseException as exc:
-            self.fatal = exc
-            self._wind_down("error in the driver")
-            raise
-        finally:
-            self.backend.shutdown()
-            for trial in self.running.values():  # did not stop in time: keep them resumable
-                self._set_status(trial, TrialStatus.PAUSED)
-            self.running.clear()
-            self._save_states()
-            self.store.flush()
-            for cb in self.callbacks:
-                cb.on_experiment_end(trials=list(self.trials.values()))
+        with _CtrlC() as ctrl_c:
+            self._ctrl_c = ctrl_c
+            try:
+                while not self.is_finished():
+                    if ctrl_c.presses:
+                        raise KeyboardInterrupt
+                    self.step()
+            except KeyboardInterrupt:
+                logger.warning("Interrupted: stopping the running trials (they can be resumed)")
+                self._wind_down("interrupted")
+            except BaseException as exc:
+                self.fatal = exc
+                self._wind_down("error in the driver")
+                raise
+            finally:
+                self.backend.shutdown()
+                for trial in self.running.values():  # did not stop in time: keep them resumable
+                    self._set_status(trial, TrialStatus.PAUSED)
+                self.running.clear()
+                self._save_states()
+                self.store.flush()
+                for cb in self.callbacks:
+                    cb.on_experiment_end(trials=list(self.trials.values()))
         if self.fatal_trial_error is not None:
             raise self.fatal_trial_error
 
@@ -305,8 +313,8 @@ class Controller:
         metric = self.spec.metric
         if metric is None:
             return True
-        value = result.get(metric)
-        if value is None:
+        raw = lookup(result, metric)
+        if raw is MISSING:
             if trial.trial_id not in self._missing_metric_warned:
                 self._missing_metric_warned.add(trial.trial_id)
                 logger.warning(
@@ -317,10 +325,8 @@ class Controller:
                     ", ".join(sorted(k for k in result if k not in _AUTO_KEYS)) or "nothing",
                 )
             return False
-        try:
-            return math.isfinite(value)
-        except TypeError:
-            return False
+        value = as_number(raw)
+        return value is not None and math.isfinite(value)
 
     def _on_checkpoint(self, trial: Trial, path: str, result: dict[str, Any]) -> None:
         trial.latest_checkpoint = path
@@ -407,11 +413,8 @@ class Controller:
         """The result for a searcher: None unless its metric is present and finite."""
         if result is None or self.spec.metric is None:
             return result
-        value = result.get(self.spec.metric)
-        try:
-            return result if value is not None and math.isfinite(value) else None
-        except TypeError:
-            return None
+        value = metric_value(result, self.spec.metric)
+        return result if value is not None and math.isfinite(value) else None
 
     # -- phase 3: experiment-level stop -----------------------------------------------------
     def _check_experiment_stop(self) -> None:
@@ -435,11 +438,16 @@ class Controller:
     def _wind_down(self, reason: str) -> None:
         """Stop what runs and record what comes back, within the backend's grace periods."""
         self._begin_stop(reason)
-        for trial in self.running.values():
-            trial.stop_reason = "interrupted"
+        if reason == "interrupted":  # also those already stopping for another reason
+            for trial in self.running.values():
+                trial.stop_reason = "interrupted"
         deadline = time.monotonic() + 15.0
+        presses = self._ctrl_c.presses
         try:
             while self.running and time.monotonic() < deadline:
+                if self._ctrl_c.presses > presses:
+                    logger.warning("Interrupted again: killing the trials now")
+                    break
                 for event in self.backend.poll(_POLL_S):
                     self._apply(event)
         except KeyboardInterrupt:
@@ -458,6 +466,40 @@ class Controller:
         self.store.save_state("scheduler", self.scheduler.get_state())
         if self.stopper is not None:
             self.store.save_state("stopper", self.stopper.get_state())
+
+
+class _CtrlC:
+    """Counts Ctrl-C presses during a run instead of raising wherever the driver is.
+
+    A KeyboardInterrupt raised in the middle of reading a worker's message would cut
+    it in half and leave the stream unreadable; the loop checks `presses` between
+    steps instead. The first press winds down (trials stopped, results kept), the
+    second kills the trials at once, the third raises KeyboardInterrupt where the
+    driver is (a last resort if something hangs). Only the main thread gets signals,
+    so from another thread this does nothing.
+    """
+
+    def __init__(self) -> None:
+        self.presses = 0
+        self._installed = False
+        self._previous: Any = None
+
+    def __enter__(self) -> _CtrlC:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._on_sigint)
+            self._installed = True
+        return self
+
+    def _on_sigint(self, signum: int, frame: Any) -> None:
+        self.presses += 1
+        if self.presses >= 3:
+            raise KeyboardInterrupt
+
+    def __exit__(self, *exc: object) -> None:
+        if self._installed:
+            previous = signal.SIG_DFL if self._previous is None else self._previous
+            signal.signal(signal.SIGINT, previous)
+            self._installed = False
 
 
 _AUTO_KEYS = frozenset(

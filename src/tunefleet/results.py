@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from tunefleet._metrics import as_number, metric_value
 from tunefleet.checkpoint import Checkpoint
 from tunefleet.store import StoreReader, resolve_experiment
 from tunefleet.trial import FailureKind, FailureRecord, Trial, TrialStatus
@@ -136,7 +137,7 @@ class _Snapshot:
         names: set[str] = set()
         for results in self.history().values():
             for result in results:
-                names.update(k for k, v in _flatten(result).items() if _number(v) is not None)
+                names.update(k for k, v in _flatten(result).items() if as_number(v) is not None)
         return sorted(names)
 
     def best_trial(
@@ -563,32 +564,6 @@ def _best_row(history: list[dict[str, Any]], metric: str, mode: str) -> dict[str
         if value is not None and math.isfinite(value) and (best is None or sign * value < best[0]):
             best = (sign * value, result)
     return None if best is None else best[1]
-
-
-def metric_value(result: dict[str, Any], metric: str) -> float | None:
-    """The numeric value of `metric` in one result ("a/b" reaches nested dicts), or None."""
-    return _number(_lookup(result, metric))
-
-
-def _lookup(result: dict[str, Any], metric: str) -> Any:
-    """``result[metric]``, or a nested value for a "/"-joined metric such as "val/loss"."""
-    if metric in result:
-        return result[metric]
-    node: Any = result
-    for part in metric.split("/"):
-        if not isinstance(node, dict) or part not in node:
-            return None
-        node = node[part]
-    return node
-
-
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    try:
-        return float(value)
-    except OverflowError:  # an int too large for a float
-        return math.inf if value > 0 else -math.inf
 
 
 def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -110,7 +110,7 @@ class TrialSession:
         now = time.perf_counter()
         self.iteration += 1
         self._iterations_since_restore += 1
-        result = dict(metrics)
+        result = _python_scalars(metrics)
         result["training_iteration"] = self.iteration
         result["time_this_iter_s"] = now - self._last_report
         result["time_since_restore"] = now - self._start_perf
@@ -180,6 +180,28 @@ class TrialSession:
 
 
 _session: TrialSession | None = None
+
+
+_PLAIN = (int, float, str, bool, type(None))
+
+
+def _python_scalars(metrics: dict[str, Any]) -> dict[str, Any]:
+    """A copy with numpy and torch scalars (0-dim) turned into Python numbers.
+
+    Searchers and schedulers then compare plain numbers, and the driver never has
+    to unpickle a tensor (which would import torch into it).
+    """
+    out: dict[str, Any] = {}
+    for key, value in metrics.items():
+        if type(value) in _PLAIN:
+            out[key] = value
+        elif isinstance(value, dict):
+            out[key] = _python_scalars(value)
+        elif getattr(value, "ndim", None) == 0 and callable(getattr(value, "item", None)):
+            out[key] = value.item()
+        else:
+            out[key] = value
+    return out
 
 
 def _set_session(session: TrialSession | None) -> None:

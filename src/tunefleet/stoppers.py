@@ -38,6 +38,8 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from tunefleet._metrics import MISSING, lookup
+
 logger = logging.getLogger(__name__)
 
 __all__ = [
@@ -52,8 +54,6 @@ __all__ = [
     "TrialPlateauStopper",
     "make_stopper",
 ]
-
-_MISSING = object()
 
 
 class Stopper(ABC):
@@ -406,8 +406,8 @@ class DictStopper(Stopper):
         self._seen.add(trial_id)
         stop = False
         for key, limit in self._criteria.items():
-            value = _lookup(result, key)
-            if value is _MISSING:
+            value = lookup(result, key)
+            if value is MISSING:
                 if first:
                     raise ValueError(
                         f"stop criteria: key {key!r} is not in the first result of trial "
@@ -487,18 +487,6 @@ def _field(owner: Stopper, state: dict[str, Any], key: str, kind: Any) -> Any:
     return value
 
 
-def _lookup(result: Mapping[str, Any], key: str) -> Any:
-    """``result[key]``, or the nested value for ``"a/b"``; `_MISSING` when absent."""
-    if key in result:
-        return result[key]
-    node: Any = result
-    for part in key.split("/"):
-        if not isinstance(node, Mapping) or part not in node:
-            return _MISSING
-        node = node[part]
-    return node
-
-
 def _as_float(value: Any) -> float | None:
     """The value as a float, or None when it is missing, text, or not a number."""
     if value is None or isinstance(value, (str, bytes)):
@@ -521,8 +509,8 @@ def _metric_value(
     trial_id: str,
     result: Mapping[str, Any],
 ) -> float | None:
-    raw = _lookup(result, metric)
-    if raw is _MISSING and not owner._warned:
+    raw = lookup(result, metric)
+    if raw is MISSING and not owner._warned:
         owner._warned = True
         logger.warning(
             "%s: metric %r is not in a result of trial %r (keys: %s); "
@@ -532,7 +520,7 @@ def _metric_value(
             trial_id,
             sorted(map(str, result)),
         )
-    return None if raw is _MISSING else _finite(raw)
+    return None if raw is MISSING else _finite(raw)
 
 
 def _pstdev(values: Iterable[float]) -> float:
