@@ -31,6 +31,7 @@ check: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/overhead.py
+	$(BIN)/python benchmarks/store_scaling.py
 
 bench-peers:
 	$(PY) -m venv .venv-peers
