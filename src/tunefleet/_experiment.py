@@ -166,7 +166,7 @@ def _max_concurrent(
     if math.isinf(fits):  # a trial that needs nothing: one per core
         fits = capacity.get("cpu", 1.0)
     limit = max(1, int(fits + 1e-9))
-    if tune_config.max_concurrent_trials is not None:
+    if tune_config.max_concurrent_trials:  # None or 0: no limit
         limit = min(limit, tune_config.max_concurrent_trials)
     return limit
 

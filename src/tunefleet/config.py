@@ -122,8 +122,10 @@ class TuneConfig:
                 "give both or neither"
             )
         _positive_int("TuneConfig.num_samples", self.num_samples, allow=(-1,))
-        if self.max_concurrent_trials is not None:
-            _positive_int("TuneConfig.max_concurrent_trials", self.max_concurrent_trials)
+        if self.max_concurrent_trials is not None:  # 0: no limit, as in Ray Tune
+            _positive_int(
+                "TuneConfig.max_concurrent_trials", self.max_concurrent_trials, allow=(0,)
+            )
         if self.time_budget_s is not None:
             _positive_number("TuneConfig.time_budget_s", self.time_budget_s)
         for name in ("trial_name_creator", "trial_dirname_creator"):
@@ -176,6 +178,9 @@ class RunConfig:
             raise TypeError("RunConfig.failure_config must be a tune.FailureConfig")
         self.checkpoint_config.validate()
         self.failure_config.validate()
+        from tunefleet.stoppers import make_stopper
+
+        make_stopper(self.stop)  # a bad stop condition fails here, before anything runs
         for i, callback in enumerate(self.callbacks or []):
             from tunefleet.callbacks import Callback
 
