@@ -50,6 +50,7 @@ def _run(
         experiment_path=path,
         reuse_actors=tune_config.reuse_actors,
         resources=totals,
+        memory_usage_threshold=run_config.failure_config.memory_usage_threshold,
     )
     unfit = backend.unfit_reason(resources)
     if unfit is not None:
@@ -91,6 +92,9 @@ def _run(
         time_budget_s=tune_config.time_budget_s,
         max_failures=run_config.failure_config.max_failures,
         fail_fast=run_config.failure_config.fail_fast,
+        trial_timeout_s=run_config.failure_config.trial_timeout_s,
+        heartbeat_timeout_s=run_config.failure_config.heartbeat_timeout_s,
+        nan_policy=run_config.failure_config.nan_policy,
         stop_criteria=_flat_criteria(run_config.stop),
         checkpoint_frequency=ckpt.checkpoint_frequency,
         checkpoint_at_end=bool(ckpt.checkpoint_at_end),

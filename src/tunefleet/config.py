@@ -78,10 +78,23 @@ class FailureConfig:
             checkpoint (from scratch if none); -1 retries forever.
         fail_fast: True stops the experiment at the first trial that fails for
             good (the other trials keep their true states); "raise" also raises.
+        trial_timeout_s: an attempt running longer than this (wall clock) is killed
+            and fails as TIMEOUT; None: no limit.
+        heartbeat_timeout_s: an attempt that reports nothing for this long is killed
+            and fails as TIMEOUT; None: no limit.
+        nan_policy: what a NaN or infinite value of the metric does: "error" (the
+            trial fails as NAN_METRIC, naming the key and iteration) or "worst" (the
+            result is recorded, and searchers and schedulers see the worst value).
+        memory_usage_threshold: the node memory watcher kills the newest trial when
+            the machine's memory in use goes above this fraction (Ray's default 0.95).
     """
 
     max_failures: int = 0
     fail_fast: bool | str = False
+    trial_timeout_s: float | None = None
+    heartbeat_timeout_s: float | None = None
+    nan_policy: str = "error"
+    memory_usage_threshold: float = 0.95
 
     def validate(self) -> None:
         value = self.max_failures
@@ -94,6 +107,24 @@ class FailureConfig:
             raise ValueError(
                 f"FailureConfig.fail_fast={self.fail_fast!r} is not valid: "
                 "it must be True, False or 'raise'"
+            )
+        for name in ("trial_timeout_s", "heartbeat_timeout_s"):
+            if getattr(self, name) is not None:
+                _positive_number(f"FailureConfig.{name}", getattr(self, name))
+        if self.nan_policy not in ("error", "worst"):
+            raise ValueError(
+                f"FailureConfig.nan_policy={self.nan_policy!r} is not valid: "
+                "it must be 'error' or 'worst'"
+            )
+        threshold = self.memory_usage_threshold
+        if (
+            isinstance(threshold, bool)
+            or not isinstance(threshold, (int, float))
+            or not 0 < threshold <= 1
+        ):
+            raise ValueError(
+                f"FailureConfig.memory_usage_threshold={threshold!r} is not valid: "
+                "it must be a fraction in (0, 1]"
             )
 
 

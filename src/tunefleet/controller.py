@@ -47,6 +47,9 @@ class ExperimentSpec:
     time_budget_s: float | None = None
     max_failures: int = 0
     fail_fast: bool | str = False
+    trial_timeout_s: float | None = None
+    heartbeat_timeout_s: float | None = None
+    nan_policy: str = "error"
     stop_criteria: dict[str, float] = field(default_factory=dict)
     checkpoint_frequency: int = 0
     checkpoint_at_end: bool = False
@@ -237,6 +240,8 @@ class Controller:
             stop_criteria=self.spec.stop_criteria,
             checkpoint_freq=self.spec.checkpoint_frequency,
             checkpoint_at_end=self.spec.checkpoint_at_end,
+            timeout_s=self.spec.trial_timeout_s,
+            heartbeat_s=self.spec.heartbeat_timeout_s,
         )
         self.backend.start_trial(launch)
         self.store.add_event(

@@ -32,6 +32,8 @@ class TrialLaunch:
     stop_criteria: dict[str, float] = field(default_factory=dict)
     checkpoint_freq: int = 0
     checkpoint_at_end: bool = False
+    timeout_s: float | None = None  # kill the attempt after this long: TIMEOUT
+    heartbeat_s: float | None = None  # kill it after this long without a report: TIMEOUT
 
 
 @dataclass(frozen=True, slots=True)

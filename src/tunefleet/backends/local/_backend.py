@@ -73,6 +73,7 @@ class LocalBackend(Backend):
         resources: dict[str, float] | None = None,
         stop_grace_s: float = 5.0,
         kill_grace_s: float = 3.0,
+        memory_usage_threshold: float = 0.95,
     ) -> None:
         gpu_ids = detect_gpus()
         total = {"cpu": float(detect_cpus()), "gpu": float(len(gpu_ids)), "memory": detect_memory()}
@@ -81,6 +82,7 @@ class LocalBackend(Backend):
             gpu_ids = gpu_ids[: int(total["gpu"])]
         self._pool = ResourcePool(total, gpu_ids)
         self._reuse = reuse_actors
+        self._memory_usage_threshold = memory_usage_threshold  # node watcher (memory.py)
         self._stop_grace = stop_grace_s
         self._kill_grace = kill_grace_s
         self._workers: dict[Connection, _Worker] = {}
