@@ -2,9 +2,10 @@
 
 The sequence of configs is: each of `points_to_evaluate` (expanded over any grid
 the point leaves open), then ``num_samples - len(points_to_evaluate)`` samples,
-each expanded over the whole grid. Every unit (a point or a sample) draws one
-seed from the generator's `random.Random`; its configs are sampled from
-generators seeded from it, so the sequence is reproducible and the state is small.
+each expanded over the whole grid. The configs of unit ``u`` (a point or a sample)
+at grid index ``g`` are drawn from ``random.Random(f"{base_seed}:{u}:{g}")``, so
+the sequence is reproducible and the state is a few numbers (it is saved after
+every step, for resume).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from tunefleet.space import (
     validate_space,
 )
 
-_STATE_VERSION = 1
+_STATE_VERSION = 2
 
 
 class BasicVariantGenerator(Searcher):
@@ -82,14 +83,13 @@ class BasicVariantGenerator(Searcher):
         self.points_to_evaluate = [dict(p) for p in points]
         self.max_concurrent = max_concurrent
         self.constant_grid_search = bool(constant_grid_search)
-        self._rng = _make_rng(seed if seed is not None else random_state)
+        self._base_seed = _make_rng(seed if seed is not None else random_state).getrandbits(64)
         self._space: dict[str, Any] | None = None
         self._unit_spaces: list[dict[str, Any]] = []
         self.num_samples = 1
         # Position in the sequence: unit (point or sample) and grid index within it.
         self._unit = 0
         self._grid_index = 0
-        self._unit_seed: int | None = None
         self._live: list[str] = []
 
     def set_search_properties(
@@ -140,16 +140,12 @@ class BasicVariantGenerator(Searcher):
             return None
         units = self._unit_spaces
         unit_space = units[self._unit] if self._unit < len(units) else self._space
-        if self._unit_seed is None:
-            self._unit_seed = self._rng.getrandbits(64)
-        if self.constant_grid_search:
-            rng = random.Random(self._unit_seed)
-        else:
-            rng = random.Random(f"{self._unit_seed}:{self._grid_index}")
+        grid = "" if self.constant_grid_search else f":{self._grid_index}"
+        rng = random.Random(f"{self._base_seed}:{self._unit}{grid}")
         config = resolve(unit_space, rng, grid_point(unit_space, self._grid_index))
         self._grid_index += 1
         if self._grid_index >= grid_size(unit_space):
-            self._unit, self._grid_index, self._unit_seed = self._unit + 1, 0, None
+            self._unit, self._grid_index = self._unit + 1, 0
         self._live.append(trial_id)
         return config
 
@@ -161,14 +157,12 @@ class BasicVariantGenerator(Searcher):
             self._live.remove(trial_id)
 
     def get_state(self) -> dict[str, Any]:
-        """JSON-able state: the random generator, the position, the live trials."""
-        version, internal, gauss_next = self._rng.getstate()
+        """JSON-able state: the base seed, the position, the live trials."""
         return {
             "version": _STATE_VERSION,
-            "rng_state": [version, list(internal), gauss_next],
+            "base_seed": self._base_seed,
             "unit": self._unit,
             "grid_index": self._grid_index,
-            "unit_seed": self._unit_seed,
             "live_trials": list(self._live),
             "num_samples": self.num_samples,
         }
@@ -180,10 +174,8 @@ class BasicVariantGenerator(Searcher):
                 f"BasicVariantGenerator state version {state.get('version')!r} is not "
                 f"supported (expected {_STATE_VERSION})"
             )
-        version, internal, gauss_next = state["rng_state"]
-        self._rng.setstate((version, tuple(internal), gauss_next))
+        self._base_seed = int(state["base_seed"])
         self._unit, self._grid_index = int(state["unit"]), int(state["grid_index"])
-        self._unit_seed = state["unit_seed"]
         self._live = [str(t) for t in state["live_trials"]]
         self.num_samples = int(state["num_samples"])
 
