@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # The CPU build of PyTorch (a plain `torch` would pull gigabytes of CUDA).
 TORCH := torch==2.13.0
 
-.PHONY: demo test test-fast check bench bench-peers clean
+.PHONY: demo test test-fast check bench bench-scale bench-peers clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -32,6 +32,9 @@ check: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/overhead.py
 	$(BIN)/python benchmarks/store_scaling.py
+
+bench-scale: $(STAMP)
+	$(BIN)/python benchmarks/scale.py
 
 bench-peers:
 	$(PY) -m venv .venv-peers

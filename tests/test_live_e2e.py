@@ -186,7 +186,7 @@ def test_nested_metric_with_numpy_and_torch_scalars_reaches_the_searcher(storage
         nested_scalars,
         param_space={"x": tune.grid_search([2.0, 1.0])},
         tune_config=tune.TuneConfig(metric="val/loss", mode="min", search_alg=searcher),
-        run_config=tune.RunConfig(storage_path=storage, verbose=0),
+        run_config=tune.RunConfig(storage_path=storage, verbose=1),  # summary reads it too
     ).fit()
     assert sorted(searcher.seen) == [1.0, 2.0, 2.0, 3.0, 3.0, 4.0]
     assert all(type(v) is float for v in searcher.seen)

@@ -18,6 +18,7 @@ EXPECTED = {
     "Result",
     "ResultGrid",
     "RunConfig",
+    "Secret",
     "Stopper",
     "Trainable",
     "Trial",

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
+from tunefleet._redact import RedactingFilter, Secret
 from tunefleet.callbacks import Callback
 from tunefleet.checkpoint import Checkpoint
 from tunefleet.config import CheckpointConfig, FailureConfig, RunConfig, TuneConfig
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
     from tunefleet.results import ExperimentAnalysis, Result, ResultGrid, TrialError
 
 logging.getLogger("tunefleet").addHandler(logging.NullHandler())
+logging.getLogger("tunefleet").addFilter(RedactingFilter())  # no secret in a log line
 
 _LAZY = {
     "ResultGrid": "tunefleet.results",
@@ -73,6 +75,7 @@ __all__ = [
     "Result",
     "ResultGrid",
     "RunConfig",
+    "Secret",
     "Stopper",
     "Trainable",
     "Trial",

@@ -8,6 +8,7 @@ from typing import Any
 
 from tunefleet import __version__
 from tunefleet._progress import StatusReporter, warnings_shown
+from tunefleet._resume import ResumeState, run_config_json, stop_kind, tune_config_json
 from tunefleet.backends.local import LocalBackend
 from tunefleet.checkpoint import CheckpointKeeper
 from tunefleet.config import RunConfig, TuneConfig
@@ -20,30 +21,58 @@ from tunefleet.tuner import experiment_dir, new_id_prefix, resources_of
 
 
 def run_experiment(
-    trainable: Any, param_space: dict[str, Any], tune_config: TuneConfig, run_config: RunConfig
+    trainable: Any,
+    param_space: dict[str, Any],
+    tune_config: TuneConfig,
+    run_config: RunConfig,
+    resume: ResumeState | None = None,
 ) -> str:
-    """Run the experiment; return its directory."""
+    """Run the experiment (or continue `resume`); return its directory."""
     with warnings_shown(run_config.verbose):
-        return _run(trainable, param_space, tune_config, run_config)
+        return _run(trainable, param_space, tune_config, run_config, resume)
 
 
 def _run(
-    trainable: Any, param_space: dict[str, Any], tune_config: TuneConfig, run_config: RunConfig
+    trainable: Any,
+    param_space: dict[str, Any],
+    tune_config: TuneConfig,
+    run_config: RunConfig,
+    resume: ResumeState | None,
 ) -> str:
-    from tunefleet.space import space_to_json
     from tunefleet.stoppers import make_stopper
     from tunefleet.store import ExperimentStore
+    from tunefleet.store._check import DriverLock
 
-    metric, mode = tune_config.metric, tune_config.mode
     searcher = _searcher(tune_config, param_space)
     scheduler = _scheduler(tune_config)
     stopper = make_stopper(run_config.stop)
-    resources = resources_of(trainable)
+    if resume is not None:
+        _restore_states(resume, searcher, scheduler, stopper)
+        name, path = resume.name, resume.path
+    else:
+        name, path = experiment_dir(run_config.storage_path, run_config.name, trainable)
+    with DriverLock(path):
+        backend = _backend(trainable, name, path, tune_config, run_config)
+        store = ExperimentStore(path)
+        if resume is None:
+            meta = _meta(name, trainable, param_space, tune_config, run_config)
+            store.write_meta(meta)
+            prefix = str(meta["id_prefix"])
+        else:
+            _record_resume(store, resume, tune_config)
+            prefix = resume.id_prefix
+        store.flush()
+        spec = _spec(name, path, prefix, trainable, backend, tune_config, run_config, resume)
+        return _drive(spec, backend, store, searcher, scheduler, stopper, run_config, resume)
+
+
+def _backend(
+    trainable: Any, name: str, path: str, tune_config: TuneConfig, run_config: RunConfig
+) -> LocalBackend:
     totals = None
     if run_config.resources is not None:
         given = normalize_resources(run_config.resources, "RunConfig.resources")
         totals = {k: v for k, v in given.items() if _given(run_config.resources, k)}
-    name, path = experiment_dir(run_config.storage_path, run_config.name, trainable)
     backend = LocalBackend(
         trainable=trainable,
         experiment_name=name,
@@ -52,7 +81,7 @@ def _run(
         resources=totals,
         memory_usage_threshold=run_config.failure_config.memory_usage_threshold,
     )
-    unfit = backend.unfit_reason(resources)
+    unfit = backend.unfit_reason(resources_of(trainable))
     if unfit is not None:
         backend.shutdown()
         raise ValueError(
@@ -60,49 +89,109 @@ def _run(
             "Ask for less with tune.with_resources(...), or declare the machine's resources "
             "with RunConfig(resources={...})"
         )
-    store = ExperimentStore(path)
+    return backend
+
+
+def _meta(
+    name: str,
+    trainable: Any,
+    param_space: dict[str, Any],
+    tune_config: TuneConfig,
+    run_config: RunConfig,
+) -> dict[str, Any]:
+    """What the store records about a new experiment: enough to resume it."""
+    from tunefleet.space import space_to_json
+
+    return {
+        "name": name,
+        "trainable": trainable_name(trainable),
+        "metric": tune_config.metric,
+        "mode": tune_config.mode,
+        "param_space": space_to_json(param_space),
+        "num_samples": tune_config.num_samples,
+        "created_at": time.time(),
+        "status": "running",
+        "searcher": type(tune_config.search_alg or BasicVariantGenerator()).__name__,
+        "scheduler": type(tune_config.scheduler or FIFOScheduler()).__name__,
+        "stop": run_config.stop if isinstance(run_config.stop, dict) else None,
+        "stop_kind": stop_kind(run_config.stop),
+        "resources_per_trial": resources_of(trainable),
+        "id_prefix": new_id_prefix(),
+        "tune_config": tune_config_json(tune_config),
+        "run_config": run_config_json(run_config),
+        "tunefleet_version": __version__,
+    }
+
+
+def _record_resume(store: Any, resume: ResumeState, tune_config: TuneConfig) -> None:
     store.write_meta(
-        {
-            "name": name,
-            "trainable": trainable_name(trainable),
-            "metric": metric,
-            "mode": mode,
-            "param_space": space_to_json(param_space),
-            "num_samples": tune_config.num_samples,
-            "created_at": time.time(),
-            "status": "running",
-            "searcher": type(searcher).__name__,
-            "scheduler": type(scheduler).__name__,
-            "stop": run_config.stop if isinstance(run_config.stop, dict) else None,
-            "resources_per_trial": resources,
-            "tunefleet_version": __version__,
-        }
+        {"status": "running", "resumed_at": time.time(), "num_samples": tune_config.num_samples}
     )
-    store.flush()
-    ckpt = run_config.checkpoint_config
-    spec = ExperimentSpec(
+    for trial, what in resume.changed:
+        store.update_trial(trial)
+        store.add_event(trial.trial_id, "resume", {"action": what, "status": trial.status.value})
+
+
+def _restore_states(resume: ResumeState, searcher: Any, scheduler: Any, stopper: Any) -> None:
+    if resume.searcher_state is not None:
+        searcher.set_state(resume.searcher_state)
+    if resume.scheduler_state is not None:
+        scheduler.set_state(resume.scheduler_state)
+    if resume.stopper_state is not None and stopper is not None:
+        stopper.set_state(resume.stopper_state)
+
+
+def _spec(
+    name: str,
+    path: str,
+    prefix: str,
+    trainable: Any,
+    backend: LocalBackend,
+    tune_config: TuneConfig,
+    run_config: RunConfig,
+    resume: ResumeState | None,
+) -> ExperimentSpec:
+    ckpt, failures = run_config.checkpoint_config, run_config.failure_config
+    resources = resources_of(trainable)
+    return ExperimentSpec(
         name=name,
         path=path,
         trainable_name=trainable_name(trainable),
         resources=resources,
-        metric=metric,
-        mode=mode,
+        metric=tune_config.metric,
+        mode=tune_config.mode,
         num_samples=tune_config.num_samples,
         max_concurrent=_max_concurrent(tune_config, backend.capacity(), resources),
         time_budget_s=tune_config.time_budget_s,
-        max_failures=run_config.failure_config.max_failures,
-        fail_fast=run_config.failure_config.fail_fast,
-        trial_timeout_s=run_config.failure_config.trial_timeout_s,
-        heartbeat_timeout_s=run_config.failure_config.heartbeat_timeout_s,
-        nan_policy=run_config.failure_config.nan_policy,
+        max_failures=failures.max_failures,
+        fail_fast=failures.fail_fast,
+        trial_timeout_s=failures.trial_timeout_s,
+        heartbeat_timeout_s=failures.heartbeat_timeout_s,
+        nan_policy=failures.nan_policy,
+        elapsed_before_s=resume.elapsed_s if resume else 0.0,
+        restart_from_scratch=set(resume.from_scratch) if resume else set(),
+        retry_base=dict(resume.retry_base) if resume else {},
         stop_criteria=_flat_criteria(run_config.stop),
         checkpoint_frequency=ckpt.checkpoint_frequency,
         checkpoint_at_end=bool(ckpt.checkpoint_at_end),
         trial_name_creator=tune_config.trial_name_creator,
         trial_dirname_creator=tune_config.trial_dirname_creator,
-        id_prefix=new_id_prefix(),
+        id_prefix=prefix,
     )
-    reporter = StatusReporter(verbose=run_config.verbose, metric=metric, mode=mode)
+
+
+def _drive(
+    spec: ExperimentSpec,
+    backend: LocalBackend,
+    store: Any,
+    searcher: Searcher,
+    scheduler: TrialScheduler,
+    stopper: Any,
+    run_config: RunConfig,
+    resume: ResumeState | None,
+) -> str:
+    ckpt = run_config.checkpoint_config
+    reporter = StatusReporter(verbose=run_config.verbose, metric=spec.metric, mode=spec.mode)
     controller = Controller(
         spec=spec,
         backend=backend,
@@ -115,6 +204,7 @@ def _run(
         ),
         callbacks=list(run_config.callbacks or []),
         reporter=reporter,
+        trials=resume.trials if resume else None,
     )
     status = "failed"
     try:
@@ -125,8 +215,8 @@ def _run(
             {"status": status, "ended_at": time.time(), "stop_reason": controller.stop_reason}
         )
         store.close()
-        reporter.finish(list(controller.trials.values()), path, controller.stop_reason)
-    return path
+        reporter.finish(list(controller.trials.values()), spec.path, controller.stop_reason)
+    return spec.path
 
 
 def _given(spec: dict[str, Any], key: str) -> bool:

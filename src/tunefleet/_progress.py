@@ -15,6 +15,8 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Any, TextIO
 
+from tunefleet._metrics import metric_value
+from tunefleet._redact import RedactingFilter, redact, redact_text
 from tunefleet.trial import Trial, TrialStatus
 
 
@@ -36,6 +38,7 @@ def warnings_shown(verbose: int) -> Iterator[None]:
     handler = logging.StreamHandler(sys.stderr)
     handler.setLevel(logging.WARNING)
     handler.setFormatter(logging.Formatter("tunefleet %(levelname)s: %(message)s"))
+    handler.addFilter(RedactingFilter())  # also for records of child loggers
     logger.addHandler(handler)
     try:
         yield
@@ -88,7 +91,8 @@ class StatusReporter:
         best_text = ""
         if best is not None and best.last_result is not None and self.metric:
             best_text = (
-                f" | best {self.metric}={_num(best.last_result[self.metric])} ({best.trial_id})"
+                f" | best {self.metric}={_num(metric_value(best.last_result, self.metric))}"
+                f" ({best.trial_id})"
             )
         return f"[{elapsed}] {len(trials)} trials: {', '.join(parts) or 'starting'}{best_text}"
 
@@ -98,8 +102,8 @@ class StatusReporter:
         sign = 1.0 if self.mode == "min" else -1.0
         scored = []
         for trial in trials:
-            value = (trial.last_result or {}).get(self.metric)
-            if isinstance(value, (int, float)) and math.isfinite(value):
+            value = metric_value(trial.last_result or {}, self.metric)
+            if value is not None and math.isfinite(value):
                 scored.append((sign * value, trial.index, trial))
         return min(scored)[2] if scored else None
 
@@ -115,10 +119,11 @@ class StatusReporter:
         best = self.best(trials)
         if best is not None and best.last_result is not None and self.metric:
             lines.append(
-                f"Best trial {best.trial_id}: {self.metric}={_num(best.last_result[self.metric])}"
+                f"Best trial {best.trial_id}: "
+                f"{self.metric}={_num(metric_value(best.last_result, self.metric))}"
                 f" (last result, mode={self.mode})"
             )
-            lines.append(f"  config: {best.config}")
+            lines.append(f"  config: {redact(best.config)}")
         failed = [t for t in trials if t.status is TrialStatus.ERROR]
         for trial in failed[:20]:
             cause = trial.error.one_line() if trial.error else "unknown cause"
@@ -151,7 +156,7 @@ class StatusReporter:
         if self.tty and self._line_len:
             self.out.write("\r" + " " * self._line_len + "\r")
             self._line_len = 0
-        print(text, file=self.out, flush=True)
+        print(redact_text(text), file=self.out, flush=True)  # secrets never printed
 
 
 def _duration(seconds: float) -> str:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from tunefleet._metrics import metric_value
+from tunefleet._redact import redact_text
 from tunefleet.results import SCOPES, ResultGrid
 from tunefleet.store import (
     StoreReader,
@@ -60,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="tunefleet", description="Inspect tunefleet experiments (read-only)."
+        prog="tunefleet", description="Inspect tunefleet experiments, or resume one."
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
@@ -90,6 +91,9 @@ def _parser() -> argparse.ArgumentParser:
             cmd.add_argument(
                 "--all", action="store_true", help="also list failed attempts that were retried"
             )
+    from tunefleet._cli_resume import add_resume_command
+
+    add_resume_command(sub)
     return parser
 
 
@@ -330,7 +334,7 @@ def _file_tail(path: Path, lines: int = _STDERR_LINES) -> str | None:
     except OSError:
         return None
     kept = text.splitlines()[-lines:]
-    return "\n".join(kept) if kept else None
+    return redact_text("\n".join(kept)) if kept else None  # no URL password shown
 
 
 def _message(exc: BaseException) -> str:

@@ -19,9 +19,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tunefleet._metrics import MISSING, as_number, lookup, metric_value
+from tunefleet._paths import safe_child, trial_dirname
 from tunefleet.backends._base import Backend, Event, Finished, Results, TrialLaunch
 from tunefleet.callbacks import Callback
-from tunefleet.checkpoint import Checkpoint, CheckpointKeeper
+from tunefleet.checkpoint import (
+    Checkpoint,
+    CheckpointKeeper,
+    delete_checkpoints,
+    latest_valid,
+    remove_temporaries,
+)
 from tunefleet.schedulers._base import Decision, TrialScheduler
 from tunefleet.search._base import FINISHED, Searcher
 from tunefleet.trial import FailureKind, FailureRecord, Trial, TrialStatus
@@ -50,6 +57,9 @@ class ExperimentSpec:
     trial_timeout_s: float | None = None
     heartbeat_timeout_s: float | None = None
     nan_policy: str = "error"
+    elapsed_before_s: float = 0.0  # run time of earlier drivers of this experiment (resume)
+    restart_from_scratch: set[str] = field(default_factory=set)  # resume: ignore checkpoints
+    retry_base: dict[str, int] = field(default_factory=dict)  # resume: attempts already used
     stop_criteria: dict[str, float] = field(default_factory=dict)
     checkpoint_frequency: int = 0
     checkpoint_at_end: bool = False
@@ -102,6 +112,11 @@ class Controller:
         self._started = clock()
         self._missing_metric_warned: set[str] = set()
         self._ctrl_c = _CtrlC()
+        self._worst: float | None = None  # worst finite metric value seen (nan_policy)
+        self._to_delete: list[str] = []  # checkpoints to delete after the next commit
+        if trials:  # resumed: retention knows what each trial kept
+            for trial_id, path, result in store.kept_checkpoints():
+                self._to_delete.extend(keeper.add(trial_id, path, result))
 
     # -- the loop ------------------------------------------------------------------------
     def run(self) -> None:
@@ -127,7 +142,7 @@ class Controller:
                     self._set_status(trial, TrialStatus.PAUSED)
                 self.running.clear()
                 self._save_states()
-                self.store.flush()
+                self._flush()
                 for cb in self.callbacks:
                     cb.on_experiment_end(trials=list(self.trials.values()))
         if self.fatal_trial_error is not None:
@@ -145,10 +160,15 @@ class Controller:
         if fatal is not None:
             raise RuntimeError(f"The trainable could not be loaded in a worker:\n{fatal.traceback}")
         self._check_experiment_stop()
-        self.store.flush()
+        self._save_states()
+        self._flush()
         self.reporter.update(self)
         for cb in self.callbacks:
             cb.on_step_end(self.iteration, trials)
+
+    def elapsed(self) -> float:
+        """Seconds this experiment has run, over all its drivers (resumes included)."""
+        return self.spec.elapsed_before_s + self.clock() - self._started
 
     def is_finished(self) -> bool:
         if self.running:
@@ -168,8 +188,9 @@ class Controller:
             self._launch(trial)
 
     def _next_trial(self) -> Trial | None:
-        if self.waiting:
-            chosen = self.scheduler.choose_trial_to_run(list(self.waiting.values()))
+        ready = [t for t in self.waiting.values() if not self.backend.attempt_alive(t.trial_id)]
+        if ready:
+            chosen = self.scheduler.choose_trial_to_run(ready)
             if chosen is not None:
                 return chosen
         if self.search_done:
@@ -207,8 +228,8 @@ class Controller:
             trial.name = str(self.spec.trial_name_creator(trial))
         dirname = trial_id
         if self.spec.trial_dirname_creator is not None:
-            dirname = _slug(str(self.spec.trial_dirname_creator(trial))) + f"_{trial_id}"
-        trial.path = os.path.join(self.spec.path, "trials", dirname)
+            dirname = trial_dirname(self.spec.trial_dirname_creator(trial), trial_id, config)
+        trial.path = safe_child(self.spec.path, os.path.join("trials", dirname))
         self.trials[trial_id] = trial
         self.waiting[trial_id] = trial
         self.store.add_trial(trial)
@@ -216,7 +237,9 @@ class Controller:
         return trial
 
     def _launch(self, trial: Trial) -> None:
-        resumed = trial.status is TrialStatus.PAUSED or trial.attempt > 0
+        resumed = trial.epoch > 0  # ran before: a retry, a resume, or after a pause
+        if resumed:
+            self._restart_point(trial)
         self.waiting.pop(trial.trial_id, None)
         self.stopping.discard(trial.trial_id)
         trial.epoch += 1
@@ -253,6 +276,41 @@ class Controller:
             hook = cb.on_trial_restore if resumed else cb.on_trial_start
             hook(self.iteration, list(self.trials.values()), trial)
 
+    def _restart_point(self, trial: Trial) -> None:
+        """Before a trial runs again: its newest valid checkpoint, results rewound to it."""
+        kept = self.store.checkpoints_of(trial.trial_id)
+        if trial.trial_id in self.spec.restart_from_scratch:
+            self.spec.restart_from_scratch.discard(trial.trial_id)
+            kept = []
+        remove_temporaries(trial.path)  # what a killed writer left; no attempt runs now
+        chosen, skipped = latest_valid([path for path, _, _ in kept])
+        for path, reason in skipped:
+            self.keeper.forget(trial.trial_id, path)
+            self._to_delete.append(path)
+            logger.warning(
+                "Trial %s: checkpoint %s is not usable (%s); using an older one",
+                trial.trial_id,
+                path,
+                reason,
+            )
+            self.store.add_event(
+                trial.trial_id, "checkpoint_invalid", {"path": path, "why": reason}
+            )
+            self.store.mark_checkpoint_deleted(path)
+        iteration, result = 0, None
+        for path, it, metrics in kept:
+            if path == chosen:
+                iteration, result = it, metrics
+        trial.latest_checkpoint = chosen
+        trial.checkpoint_iteration = iteration
+        trial.checkpoint_time_total = float((result or {}).get("time_total_s", 0.0))
+        if trial.iteration > iteration:
+            trial.num_results = self.store.rewind_results(trial.trial_id, iteration)
+            trial.last_result = result
+            self.store.add_event(
+                trial.trial_id, "rewound", {"to_iteration": iteration, "checkpoint": chosen}
+            )
+
     # -- phase 2: apply events ---------------------------------------------------------------
     def _apply(self, event: Event) -> None:
         trial = self.running.get(event.trial_id)
@@ -286,9 +344,12 @@ class Controller:
         if checkpoint:
             self._on_checkpoint(trial, checkpoint, result)
         decision = Decision.CONTINUE
-        if self._usable(trial, result):
-            self.searcher.on_trial_result(trial.trial_id, result)
-            decision = self.scheduler.on_trial_result(trial, result)
+        seen = self._for_algorithms(trial, result)
+        if seen is _NAN_FAILED:
+            return
+        if seen is not None:
+            self.searcher.on_trial_result(trial.trial_id, seen)
+            decision = self.scheduler.on_trial_result(trial, seen)
             if decision is not Decision.CONTINUE:
                 trial.stop_reason = f"scheduler ({type(self.scheduler).__name__})"
         if (
@@ -313,8 +374,47 @@ class Controller:
             self.backend.stop_trial(trial.trial_id, trial.epoch)
         self.store.update_trial(trial)
 
+    def _for_algorithms(self, trial: Trial, result: dict[str, Any]) -> Any:
+        """The result as searchers and schedulers see it: never with a NaN metric.
+
+        None: they do not see it (metric missing). `_NAN_FAILED`: the metric was NaN
+        or infinite and the trial failed (nan_policy="error"). With "worst", the value
+        is replaced by the worst finite value seen so far in the experiment.
+        """
+        if not self._usable(trial, result):
+            return None
+        metric = self.spec.metric
+        if metric is None:
+            return result
+        value = metric_value(result, metric)
+        assert value is not None  # _usable checked it is a number
+        if math.isfinite(value):
+            self._note_worst(value)
+            return result
+        if self.spec.nan_policy == "worst":
+            return None if self._worst is None else _with_value(result, metric, self._worst)
+        self.stopping.add(trial.trial_id)
+        self.backend.stop_trial(trial.trial_id, trial.epoch)
+        self._on_failed(
+            trial,
+            FailureRecord(
+                kind=FailureKind.NAN_METRIC,
+                message=(
+                    f"metric {metric!r} is {value} at iteration "
+                    f"{result.get('training_iteration')} (FailureConfig.nan_policy='error'; "
+                    "'worst' would count it as the worst value seen)"
+                ),
+            ),
+        )
+        self.store.update_trial(trial)
+        return _NAN_FAILED
+
+    def _note_worst(self, value: float) -> None:
+        if self._worst is None or (value > self._worst) == (self.spec.mode != "max"):
+            self._worst = value
+
     def _usable(self, trial: Trial, result: dict[str, Any]) -> bool:
-        """Only finite values of the metric reach searchers and schedulers."""
+        """Whether the metric is present and a number (NaN included: see above)."""
         metric = self.spec.metric
         if metric is None:
             return True
@@ -330,16 +430,16 @@ class Controller:
                     ", ".join(sorted(k for k in result if k not in _AUTO_KEYS)) or "nothing",
                 )
             return False
-        value = as_number(raw)
-        return value is not None and math.isfinite(value)
+        return as_number(raw) is not None
 
     def _on_checkpoint(self, trial: Trial, path: str, result: dict[str, Any]) -> None:
         trial.latest_checkpoint = path
         trial.checkpoint_iteration = int(result.get("training_iteration", trial.iteration))
         trial.checkpoint_time_total = float(result.get("time_total_s", 0.0))
         self.store.add_checkpoint(trial.trial_id, trial.checkpoint_iteration, path, result)
-        for deleted in self.keeper.add(trial.trial_id, path, result):
-            self.store.mark_checkpoint_deleted(deleted)
+        for dropped in self.keeper.add(trial.trial_id, path, result):
+            self.store.mark_checkpoint_deleted(dropped)
+            self._to_delete.append(dropped)  # after the store has recorded the new one
         for cb in self.callbacks:
             cb.on_checkpoint(self.iteration, list(self.trials.values()), trial, Checkpoint(path))
 
@@ -387,7 +487,8 @@ class Controller:
         failure.checkpoint = failure.checkpoint or trial.latest_checkpoint
         self.store.add_event(trial.trial_id, "failed", failure.to_json())
         limit = self.spec.max_failures
-        if self.stop_reason is None and (limit == -1 or trial.attempt < limit):
+        used = trial.attempt - self.spec.retry_base.get(trial.trial_id, 0)
+        if self.stop_reason is None and (limit == -1 or used < limit):
             trial.attempt += 1
             trial.error = failure
             self.waiting[trial.trial_id] = trial
@@ -426,7 +527,7 @@ class Controller:
         if self.stop_reason is not None:
             return
         budget = self.spec.time_budget_s
-        if budget is not None and self.clock() - self._started >= budget:
+        if budget is not None and self.elapsed() >= budget:
             self._begin_stop(f"time budget of {budget:g}s reached")
         elif self.stopper is not None and self.stopper.stop_all():
             self._begin_stop("stopper ended the experiment")
@@ -457,7 +558,7 @@ class Controller:
                     self._apply(event)
         except KeyboardInterrupt:
             logger.warning("Interrupted again: killing the trials now")
-        self.store.flush()
+        self._flush()
 
     # -- helpers ------------------------------------------------------------------------------
     def _set_status(self, trial: Trial, status: TrialStatus) -> None:
@@ -466,11 +567,33 @@ class Controller:
             self.store.add_event(trial.trial_id, status.value.lower(), None)
         self.store.update_trial(trial)
 
+    def _flush(self) -> None:
+        """Commit the step, then delete the checkpoints retention dropped in it."""
+        self.store.flush()
+        if self._to_delete:
+            for path, reason in delete_checkpoints(self._to_delete):
+                logger.warning("could not delete checkpoint %s: %s", path, reason)
+            self._to_delete.clear()
+
     def _save_states(self) -> None:
+        """Every step, in the step's transaction: a resume continues from here."""
+        self.store.save_state("clock", {"elapsed_s": round(self.elapsed())})
         self.store.save_state("searcher", self.searcher.get_state())
         self.store.save_state("scheduler", self.scheduler.get_state())
         if self.stopper is not None:
             self.store.save_state("stopper", self.stopper.get_state())
+
+
+_NAN_FAILED = object()
+
+
+def _with_value(result: dict[str, Any], metric: str, value: float) -> dict[str, Any]:
+    """A copy of `result` with `metric` (a key or an "a/b" path) set to `value`."""
+    if metric in result or "/" not in metric:
+        return {**result, metric: value}
+    head, rest = metric.split("/", 1)
+    inner = result.get(head)
+    return {**result, head: _with_value(inner if isinstance(inner, dict) else {}, rest, value)}
 
 
 class _CtrlC:
@@ -527,8 +650,3 @@ def _warn_if_slow(started: float, what: str) -> None:
     elapsed = time.perf_counter() - started
     if elapsed > _SLOW_HOOK_S:
         logger.warning("%s took %.2fs; the controller waits for it", what, elapsed)
-
-
-def _slug(text: str) -> str:
-    keep = "".join(c if c.isalnum() or c in "-_." else "_" for c in text)
-    return keep.strip("._")[:60] or "trial"

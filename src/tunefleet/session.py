@@ -108,6 +108,10 @@ class TrialSession:
 
     def report(self, metrics: dict[str, Any], checkpoint: Checkpoint | None) -> None:
         now = time.perf_counter()
+        ckpt_path = None
+        if checkpoint is not None:  # first: if it fails (CheckpointWriteError), nothing counts
+            trial_dir, iteration = self.context.trial_dir, self.iteration + 1
+            ckpt_path = persist_checkpoint(checkpoint.path, trial_dir, iteration)
         self.iteration += 1
         self._iterations_since_restore += 1
         result = _python_scalars(metrics)
@@ -121,9 +125,7 @@ class TrialSession:
         result["pid"] = self._pid
         result.setdefault("done", False)
         self._last_report = now
-        ckpt_path = None
-        if checkpoint is not None:
-            ckpt_path = persist_checkpoint(checkpoint.path, self.context.trial_dir, self.iteration)
+        if ckpt_path is not None:
             result["checkpoint_dir_name"] = checkpoint_dir_name(self.iteration)
         with self._lock:
             self._buffer.append((result, ckpt_path))
@@ -230,6 +232,11 @@ def report(
         metrics: a dict of metric names to values, e.g. ``{"loss": 0.3}``.
         checkpoint: a `Checkpoint` whose directory is copied into the trial's storage.
         **kwargs: metrics as keywords, the older form ``tune.report(loss=0.3)``.
+
+    Raises:
+        CheckpointWriteError: the checkpoint could not be written (e.g. disk full);
+            nothing of it was kept, this report did not count, and the previous
+            checkpoint is intact. Uncaught, the trial fails and is retried from it.
 
     Example:
         >>> def train(config):  # doctest: +SKIP

@@ -54,6 +54,8 @@ class FailureRecord:
     iteration: int | None = None
     checkpoint: str | None = None
     time: float = field(default_factory=time.time)
+    peak_memory: int | None = None  # bytes, for OOM / GPU_OOM, when known
+    memory_limit: int | None = None  # bytes: the limit that was hit (trial or node)
 
     def one_line(self) -> str:
         """The cause in one line, for summaries and tables."""
@@ -78,6 +80,8 @@ class FailureRecord:
             "iteration": self.iteration,
             "checkpoint": self.checkpoint,
             "time": self.time,
+            "peak_memory": self.peak_memory,
+            "memory_limit": self.memory_limit,
         }
 
     @classmethod

@@ -10,6 +10,7 @@ import secrets
 from pathlib import Path
 from typing import Any
 
+from tunefleet._paths import default_experiment_name, experiment_dirname, safe_child
 from tunefleet.config import CheckpointConfig, FailureConfig, RunConfig, TuneConfig
 from tunefleet.trainable import trainable_name, unwrap, validate_trainable, with_resources
 
@@ -66,24 +67,85 @@ class Tuner:
         from tunefleet.space import validate_space
 
         validate_space(self.param_space)
+        self._resume: Any = None  # set by Tuner.restore
 
     def fit(self) -> Any:
-        """Run the experiment to its end and return a `ResultGrid`."""
+        """Run the experiment to its end (or continue a restored one); return a `ResultGrid`."""
         from tunefleet._experiment import run_experiment
 
-        path = run_experiment(self.trainable, self.param_space, self.tune_config, self.run_config)
+        resume, self._resume = self._resume, None  # a second fit() starts a new experiment
+        path = run_experiment(
+            self.trainable, self.param_space, self.tune_config, self.run_config, resume
+        )
         from tunefleet.results import ResultGrid
 
         return ResultGrid(path, metric=self.tune_config.metric, mode=self.tune_config.mode)
 
     @classmethod
-    def restore(cls, path: str | os.PathLike[str], trainable: Any, **kwargs: Any) -> Tuner:
-        """Resume an interrupted experiment (comes with the reliability work)."""
-        raise NotImplementedError(
-            f"Tuner.restore({os.fspath(path)!r}): resuming is not available in this version; "
-            "the experiment's results are stored there and readable with "
-            "tune.ResultGrid / `tunefleet show`"
+    def restore(
+        cls,
+        path: str | os.PathLike[str],
+        trainable: Any,
+        *,
+        resume_unfinished: bool = True,
+        resume_errored: bool = False,
+        restart_errored: bool = False,
+        param_space: dict[str, Any] | None = None,
+        tune_config: TuneConfig | None = None,
+        run_config: RunConfig | None = None,
+        force: bool = False,
+    ) -> Tuner:
+        """Continue an experiment that was interrupted, crashed, or whose driver was killed.
+
+        Finished trials stay finished; unfinished ones continue from their newest valid
+        checkpoint; the searcher, scheduler and stopper continue from their saved state,
+        so no configuration is suggested twice and each result is recorded once.
+
+        Args:
+            path: the experiment directory (or its name under the default storage).
+            trainable: the same trainable (with the same wrappers) as the first run.
+            resume_unfinished: continue trials that had not finished (else they end
+                TERMINATED, "not resumed").
+            resume_errored: run failed trials again from their newest checkpoint.
+            restart_errored: run failed trials again from scratch.
+            param_space, tune_config, run_config: needed only for what the store cannot
+                hold (sample_from functions, a custom searcher or scheduler, a stop
+                function); budget settings (num_samples, max_concurrent_trials,
+                max_failures, time_budget_s) may change, the search space, metric,
+                mode and stop conditions may not unless `force=True`.
+
+        Example:
+            >>> if tune.Tuner.can_restore(path):  # doctest: +SKIP
+            ...     results = tune.Tuner.restore(path, train).fit()
+        """
+        from tunefleet._resume import prepare_resume
+
+        validate_trainable(trainable)
+        restored = prepare_resume(
+            os.fspath(path),
+            param_space=param_space,
+            tune_config=tune_config,
+            run_config=run_config,
+            resume_unfinished=resume_unfinished,
+            resume_errored=resume_errored,
+            restart_errored=restart_errored,
+            force=force,
         )
+        tuner = cls(
+            trainable,
+            param_space=restored.param_space,
+            tune_config=restored.tune_config,
+            run_config=restored.run_config,
+        )
+        tuner._resume = restored.state
+        return tuner
+
+    @staticmethod
+    def can_restore(path: str | os.PathLike[str]) -> bool:
+        """True if `path` holds a tunefleet experiment that `Tuner.restore` can open."""
+        from tunefleet._resume import can_restore
+
+        return can_restore(os.fspath(path))
 
 
 _RUN_ARGS = (
@@ -112,6 +174,7 @@ _RUN_ARGS = (
     "raise_on_failed_trial",
     "trial_name_creator",
     "trial_dirname_creator",
+    "resume",
 )
 
 
@@ -143,11 +206,16 @@ def run(
     raise_on_failed_trial: bool = True,
     trial_name_creator: Any = None,
     trial_dirname_creator: Any = None,
+    resume: bool | str = False,
     **unknown: Any,
 ) -> Any:
     """Ray Tune's legacy entry point; returns an `ExperimentAnalysis`.
 
     Unknown keyword arguments are an error (Ray Tune silently ignores some).
+    `resume` (needs `name`): False; True or "LOCAL" (continue the experiment);
+    "AUTO" (continue it if it exists, else start it); "ERRORED_ONLY" (only rerun
+    failed trials); a suffix "+ERRORED" also reruns failed trials from their
+    checkpoints, "+RESTART_ERRORED" from scratch.
     """
     if unknown:
         key = sorted(unknown)[0]
@@ -199,7 +267,7 @@ def run(
             failure_config=FailureConfig(max_failures=max_failures, fail_fast=fail_fast),
         ),
     )
-    grid = tuner.fit()
+    grid = _resumed(tuner, resume, storage_path or local_dir, name).fit()
     from tunefleet.results import ExperimentAnalysis
 
     analysis = ExperimentAnalysis(grid.experiment_path, default_metric=metric, default_mode=mode)
@@ -213,6 +281,53 @@ def run(
     return analysis
 
 
+def _resumed(tuner: Tuner, resume: bool | str, storage: str | None, name: str | None) -> Tuner:
+    """The tuner that `tune.run(resume=...)` runs: the restored one, or `tuner` itself."""
+    flags = _resume_flags(resume)
+    if flags is None:
+        return tuner
+    if name is None:
+        raise ValueError(f"tune.run(resume={resume!r}) needs name= (the experiment to continue)")
+    from tunefleet.store import default_storage_path
+
+    path = Path(os.path.expanduser(storage or default_storage_path())) / name
+    auto = flags.pop("auto")
+    if auto and not Tuner.can_restore(path):
+        return tuner
+    return Tuner.restore(
+        path,
+        tuner.trainable,
+        param_space=tuner.param_space,
+        tune_config=tuner.tune_config,
+        run_config=tuner.run_config,
+        **flags,
+    )
+
+
+def _resume_flags(resume: bool | str | None) -> dict[str, bool] | None:
+    if resume is None or resume is False:
+        return None
+    text = "LOCAL" if resume is True else str(resume).upper()
+    base, _, suffix = text.partition("+")
+    if base not in ("LOCAL", "AUTO", "ERRORED_ONLY") or suffix not in (
+        "",
+        "ERRORED",
+        "ERRORED_ONLY",
+        "RESTART_ERRORED",
+    ):
+        raise ValueError(
+            f"tune.run(resume={resume!r}) is not valid: use False, True, 'LOCAL', 'AUTO' or "
+            "'ERRORED_ONLY', optionally with '+ERRORED', '+ERRORED_ONLY' or '+RESTART_ERRORED'"
+        )
+    only_errored = "ERRORED_ONLY" in (base, suffix)
+    return {
+        "auto": base == "AUTO",
+        "resume_unfinished": not only_errored,
+        "resume_errored": only_errored or suffix == "ERRORED",
+        "restart_errored": suffix == "RESTART_ERRORED",
+    }
+
+
 def experiment_dir(storage_path: Any, name: str | None, trainable: Any) -> tuple[str, str]:
     """(name, path) of a new experiment; an existing one is never overwritten."""
     from tunefleet.store import default_storage_path
@@ -220,8 +335,10 @@ def experiment_dir(storage_path: Any, name: str | None, trainable: Any) -> tuple
     root = Path(os.path.expanduser(os.fspath(storage_path))) if storage_path else None
     root = root or Path(default_storage_path())
     stamp = datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
-    chosen = name or f"{trainable_name(trainable)}_{stamp}"
-    path = root / chosen
+    auto = default_experiment_name(trainable_name(trainable), stamp)
+    chosen = experiment_dirname(name) if name else auto  # refuses unsafe names
+    path = Path(safe_child(root, chosen))  # never outside the storage path
+    _remove_if_never_started(path)
     if (path / "experiment.db").exists():
         new = f"{chosen}_{stamp}"
         n = 1
@@ -237,6 +354,15 @@ def experiment_dir(storage_path: Any, name: str | None, trainable: Any) -> tuple
         chosen, path = new, root / new
     path.mkdir(parents=True, exist_ok=True)
     return chosen, str(path.resolve())
+
+
+def _remove_if_never_started(path: Path) -> None:
+    """A database left by a driver killed before it recorded the experiment is reused."""
+    from tunefleet._resume import was_started
+
+    if (path / "experiment.db").exists() and not was_started(path):
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{path / 'experiment.db'}{suffix}").unlink(missing_ok=True)
 
 
 def new_id_prefix() -> str:

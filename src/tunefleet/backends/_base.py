@@ -99,6 +99,14 @@ class Backend(ABC):
     def poll(self, timeout: float) -> list[Event]:
         """Wait up to `timeout` seconds for events; return all that are ready."""
 
+    def attempt_alive(self, trial_id: str) -> bool:
+        """True while a process of an earlier attempt of the trial still runs.
+
+        The controller does not start the trial again until it is gone, so two
+        attempts never write the same checkpoint directory at once.
+        """
+        return False
+
     @abstractmethod
     def shutdown(self) -> None:
         """Stop every trial and worker; afterwards no process of this backend is left."""

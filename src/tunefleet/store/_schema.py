@@ -12,6 +12,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from tunefleet._redact import redact
+
 DB_FILENAME = "experiment.db"
 TRIALS_DIRNAME = "trials"
 SCHEMA_VERSION = 1
@@ -83,10 +85,10 @@ def _default(obj: Any) -> Any:
             except (TypeError, ValueError, RuntimeError):
                 continue
             if value is not obj:
-                return value
+                return redact(value)
     if isinstance(obj, (set, frozenset)):
-        return sorted(obj, key=str)
-    return str(obj)
+        return redact(sorted(obj, key=str))
+    return redact(str(obj))
 
 
 def _plain(obj: Any, depth: int = 0) -> Any:
@@ -121,7 +123,11 @@ def encode(obj: Any) -> str:
     NaN and infinities are written as ``NaN`` / ``Infinity`` (what `json.loads`
     reads back). Values json cannot take go through `.item()` / `.tolist()`, else
     `str()`; keys that are not strings become strings.
+
+    Secrets are hidden first (`tunefleet._redact.redact`: secret-looking keys,
+    `tune.Secret`, URL passwords), so nothing written to the store holds one.
     """
+    obj = _redacted(obj)
     try:
         return json.dumps(obj, default=_default, separators=(",", ":"))
     except (TypeError, ValueError, RecursionError):
@@ -130,6 +136,13 @@ def encode(obj: Any) -> str:
         return json.dumps(_plain(obj), separators=(",", ":"))
     except (TypeError, ValueError, RecursionError):
         return json.dumps(_safe_str(obj))
+
+
+def _redacted(obj: Any) -> Any:
+    try:
+        return redact(obj)
+    except Exception:  # encode never raises: something odd is made plain JSON first
+        return redact(_plain(obj))
 
 
 def decode(text: str | bytes | None) -> Any:

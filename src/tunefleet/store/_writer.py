@@ -16,6 +16,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from tunefleet._redact import redact_text
 from tunefleet.store._schema import (
     DB_FILENAME,
     SCHEMA,
@@ -76,6 +77,7 @@ class ExperimentStore:
         self._results: list[tuple[str, int | None, float, str]] = []
         self._checkpoints: list[tuple[str, int, str, str, float]] = []
         self._deleted: list[tuple[str]] = []
+        self._written_state: dict[str, str] = {}  # what each state key holds on disk
         self._check_version()
 
     def _check_version(self) -> None:
@@ -138,8 +140,39 @@ class ExperimentStore:
         self._deleted.append((path,))
 
     def save_state(self, key: str, state: dict[str, Any]) -> None:
-        """Keep the JSON-able state of a searcher, scheduler or stopper under `key`."""
-        self._state[key] = (encode(state), time.time())
+        """Keep the JSON-able state of a searcher, scheduler or stopper under `key`.
+
+        Saved every step; a state equal to what is already on disk costs no write.
+        """
+        encoded = encode(state)
+        if self._written_state.get(key) != encoded:
+            self._state[key] = (encoded, time.time())
+
+    def rewind_results(self, trial_id: str, after_iteration: int) -> int:
+        """Forget the trial's results after `after_iteration`; return how many remain.
+
+        A retried or resumed trial repeats the iterations after its checkpoint; their
+        first recording is removed, so each iteration is recorded once. Flushes first,
+        then deletes in its own transaction (relaunches are rare). The caller records
+        an event saying so.
+        """
+        self.flush()
+        db = self._db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            db.execute(
+                "DELETE FROM results WHERE trial_id = ? AND iteration > ?",
+                (trial_id, after_iteration),
+            )
+            row = db.execute(
+                "SELECT COUNT(*) FROM results WHERE trial_id = ?", (trial_id,)
+            ).fetchone()
+            db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+        return int(row[0])
 
     # -- the transaction --------------------------------------------------------------------
     def flush(self) -> None:
@@ -160,8 +193,8 @@ class ExperimentStore:
             return
         db = self._db
         now = time.time()
-        trials = [
-            (t.trial_id, t.index, t.name, t.status.value, encode(t.to_json()), now)
+        trials = [  # safety: a name from trial_name_creator may hold a secret (_redact.py)
+            (t.trial_id, t.index, redact_text(t.name), t.status.value, encode(t.to_json()), now)
             for t in self._dirty.values()
         ]
         db.execute("BEGIN IMMEDIATE")
@@ -187,6 +220,7 @@ class ExperimentStore:
             if db.in_transaction:
                 db.execute("ROLLBACK")
             raise
+        self._written_state.update((k, v) for k, (v, _) in self._state.items())
         self._meta.clear()
         self._state.clear()
         self._dirty.clear()
@@ -233,6 +267,25 @@ class ExperimentStore:
         self.flush()
         row = self._db.execute("SELECT value FROM state WHERE key = ?", (key,)).fetchone()
         return None if row is None else _as_dict(decode(row[0]))
+
+    def checkpoints_of(self, trial_id: str) -> list[tuple[str, int, dict[str, Any]]]:
+        """The trial's kept checkpoints, newest first: (path, iteration, result)."""
+        self.flush()
+        rows = self._db.execute(
+            "SELECT path, iteration, metrics FROM checkpoints "
+            "WHERE trial_id = ? AND deleted = 0 ORDER BY iteration DESC, rowid DESC",
+            (trial_id,),
+        )
+        return [(path, int(it or 0), _as_dict(decode(m)) or {}) for path, it, m in rows]
+
+    def kept_checkpoints(self) -> list[tuple[str, str, dict[str, Any]]]:
+        """Every kept checkpoint, oldest first: (trial_id, path, result) (resume)."""
+        self.flush()
+        rows = self._db.execute(
+            "SELECT trial_id, path, metrics FROM checkpoints WHERE deleted = 0 "
+            "ORDER BY trial_id, iteration, rowid"
+        )
+        return [(tid, path, _as_dict(decode(m)) or {}) for tid, path, m in rows]
 
     def __repr__(self) -> str:
         return f"ExperimentStore({str(self.path)!r})"

@@ -15,17 +15,20 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from tunefleet.backends._base import Backend, Event, Failed, Finished, Results, TrialLaunch
+from tunefleet.backends.local._memory import MemoryGuard
 from tunefleet.backends.local._resources import (
     ResourcePool,
     detect_cpus,
     detect_gpus,
     detect_memory,
 )
+from tunefleet.backends.local._trainable_file import KEY_ENV, new_key, write_trainable_file
 from tunefleet.trial import FailureKind, FailureRecord
 
 _STDERR_TAIL_BYTES = 4000
@@ -44,6 +47,13 @@ class _Worker:
     stopping: bool = False
     ready: bool = False
     retiring: bool = False  # told to exit; never given another trial
+    # limits of the running attempt (trial_timeout_s, heartbeat_timeout_s): monotonic times
+    clock_start: float | None = None  # when the attempt started running (worker ready)
+    last_report: float | None = None  # the heartbeat: start, then every Results
+    last_iteration: int | None = None
+    timed_out: bool = False  # reported Failed(TIMEOUT) and being killed: its messages dropped
+    escaped: list[Any] = field(default_factory=list)  # descendants out of the process group
+    memory_failure: FailureRecord | None = None  # a memory watcher killed it: why
 
     @property
     def pid(self) -> int:
@@ -61,6 +71,13 @@ class LocalBackend(Backend):
         resources: override the detected totals, and declare custom resources.
         stop_grace_s: how long a trial may take to stop when asked, before SIGTERM.
         kill_grace_s: how long after SIGTERM before SIGKILL.
+        memory_usage_threshold: the node memory watcher kills the newest trial above this
+            fraction of the machine's (or its cgroup's) memory in use (docs/memory.md).
+        memory_mechanism: force how trial memory limits are enforced: "cgroup2",
+            "cgroup1", "rlimit" or "watcher" (default: $TUNEFLEET_MEMORY_MECHANISM, else
+            the strongest available).
+        node_memory: () -> (bytes in use, bytes total) for the node watcher; default:
+            the machine's, or its cgroup's when that limit is smaller.
     """
 
     def __init__(
@@ -74,6 +91,8 @@ class LocalBackend(Backend):
         stop_grace_s: float = 5.0,
         kill_grace_s: float = 3.0,
         memory_usage_threshold: float = 0.95,
+        memory_mechanism: str | None = None,
+        node_memory: Callable[[], tuple[float, float]] | None = None,
     ) -> None:
         gpu_ids = detect_gpus()
         total = {"cpu": float(detect_cpus()), "gpu": float(len(gpu_ids)), "memory": detect_memory()}
@@ -82,7 +101,7 @@ class LocalBackend(Backend):
             gpu_ids = gpu_ids[: int(total["gpu"])]
         self._pool = ResourcePool(total, gpu_ids)
         self._reuse = reuse_actors
-        self._memory_usage_threshold = memory_usage_threshold  # node watcher (memory.py)
+        self._memory_usage_threshold = memory_usage_threshold  # node watcher (_memory.py)
         self._stop_grace = stop_grace_s
         self._kill_grace = kill_grace_s
         self._workers: dict[Connection, _Worker] = {}
@@ -92,7 +111,19 @@ class LocalBackend(Backend):
         self._trainable_file = os.path.join(self._meta_dir, "trainable.pkl")
         self._log = open(os.path.join(self._meta_dir, "workers.log"), "ab")  # noqa: SIM115
         self.fatal: FailureRecord | None = None
-        _write_trainable(self._trainable_file, trainable, experiment_name, reuse_actors)
+        self._key = new_key()  # verifies the trainable file; given to workers by env only
+        payload = {
+            "trainable": trainable,
+            "experiment_name": experiment_name,
+            "reuse_actors": reuse_actors,
+        }
+        write_trainable_file(self._trainable_file, payload, self._key)
+        self._memory = MemoryGuard(
+            experiment=experiment_name,
+            threshold=memory_usage_threshold,
+            mechanism=memory_mechanism,
+            node_memory=node_memory,
+        )
 
     # -- capacity ----------------------------------------------------------------------
     def capacity(self) -> dict[str, float]:
@@ -102,7 +133,7 @@ class LocalBackend(Backend):
         return self._pool.fits_ever(resources)
 
     def can_start(self, resources: dict[str, float]) -> bool:
-        return self._pool.can_allocate(resources)
+        return self._pool.can_allocate(resources) and self._memory.fits(resources)
 
     # -- trials --------------------------------------------------------------------------
     def start_trial(self, launch: TrialLaunch) -> None:
@@ -112,9 +143,15 @@ class LocalBackend(Backend):
         worker.held = launch.resources
         worker.stopping = False
         worker.stop_deadline = worker.kill_deadline = None
+        worker.clock_start = worker.last_report = None
+        worker.last_iteration = launch.iteration or None
+        if worker.ready:
+            _start_clocks(worker)
         self._by_trial[launch.trial_id] = worker
         launch_dict = asdict(launch)
         launch_dict["resources"] = {**launch.resources, "gpu_ids": list(gpus)}
+        worker.memory_failure = None
+        launch_dict.update(self._memory.start(worker.pid, launch.trial_id, launch.resources))
         self._send(worker, ("start", launch_dict))
 
     def stop_trial(self, trial_id: str, epoch: int) -> None:
@@ -130,6 +167,11 @@ class LocalBackend(Backend):
         if worker is not None:
             self._send(worker, ("decision", trial_id, epoch, decision))
 
+    def attempt_alive(self, trial_id: str) -> bool:
+        return any(
+            w.launch is not None and w.launch.trial_id == trial_id for w in self._workers.values()
+        )
+
     def running_pids(self) -> dict[str, int]:
         """trial_id -> pid of the worker running it (the trial's process group id)."""
         return {tid: w.pid for tid, w in self._by_trial.items()}
@@ -137,7 +179,10 @@ class LocalBackend(Backend):
     # -- events --------------------------------------------------------------------------
     def poll(self, timeout: float) -> list[Event]:
         events: list[Event] = []
-        deadline = self._next_deadline()
+        deadline = min(
+            (d for d in (self._next_deadline(), self._memory_deadline()) if d is not None),
+            default=None,
+        )
         if deadline is not None:
             timeout = max(0.0, min(timeout, deadline - time.monotonic()))
         for ready in wait(list(self._workers), timeout):
@@ -155,29 +200,45 @@ class LocalBackend(Backend):
         for worker in list(self._workers.values()):
             if worker.proc.poll() is not None:
                 self._on_death(worker, events)
-        self._enforce_deadlines()
+        self._enforce_deadlines(events)
+        self._watch_memory()
         return events
 
     def _handle(self, worker: _Worker, msg: tuple[Any, ...], events: list[Event]) -> None:
         kind = msg[0]
+        if kind in ("results", "finished", "failed"):
+            launch = worker.launch
+            if launch is None or worker.timed_out or (launch.trial_id, launch.epoch) != msg[1:3]:
+                return  # an attempt already reported as ended (timed out): never delivered
         if kind == "results":
             events.append(Results(msg[1], msg[2], msg[3]))
+            worker.last_report = time.monotonic()
+            if msg[3]:
+                worker.last_iteration = msg[3][-1][0].get("training_iteration")
         elif kind == "finished":
             events.append(Finished(msg[1], msg[2], msg[3], msg[4]))
             self._release(worker)
         elif kind == "failed":
-            events.append(Failed(msg[1], msg[2], FailureRecord.from_json(msg[3])))
+            failure = self._memory.explain(worker.pid, FailureRecord.from_json(msg[3]))
+            events.append(Failed(msg[1], msg[2], failure))
             self._release(worker)
+            if failure.kind in (FailureKind.OOM, FailureKind.GPU_OOM) and not worker.retiring:
+                self._retire(worker)  # the next trial gets the memory (host or GPU) back
         elif kind == "ready":
             worker.ready = True
+            if worker.launch is not None:
+                _start_clocks(worker)  # interpreter start-up is not the trial's time
         elif kind == "setup_failed":
             self.fatal = FailureRecord.from_json(msg[1])
 
     def _release(self, worker: _Worker) -> None:
         launch = worker.launch
+        self._memory.end(worker.pid)
+        worker.memory_failure = None
         if launch is not None:
             self._pool.release(worker.held, list(worker.gpus))
-            self._by_trial.pop(launch.trial_id, None)
+            if self._by_trial.get(launch.trial_id) is worker:  # not a newer attempt's
+                del self._by_trial[launch.trial_id]
         worker.launch = None
         worker.held = {}
         worker.stopping = False
@@ -188,12 +249,14 @@ class LocalBackend(Backend):
     def _on_death(self, worker: _Worker, events: list[Event]) -> None:
         if self._workers.pop(worker.conn, None) is None:
             return
+        self._memory.detach(worker.pid)  # its cgroup is read below, removed later
         try:
             returncode = worker.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             _killpg(worker.pid, signal.SIGKILL)
             returncode = worker.proc.wait()
         _killpg(worker.pid, signal.SIGKILL)  # no orphan of the trial survives it
+        _signal_escaped(worker, signal.SIGKILL)
         worker.conn.close()
         if not worker.ready and self.fatal is None and not (worker.stopping or worker.retiring):
             self._log.flush()
@@ -209,29 +272,85 @@ class LocalBackend(Backend):
             return
         if worker.stopping:
             events.append(Finished(launch.trial_id, launch.epoch, "stopped"))
-        else:
-            events.append(Failed(launch.trial_id, launch.epoch, _crash_record(launch, returncode)))
+        elif not worker.timed_out:  # a timed-out attempt was reported when it timed out
+            failure = self._death_failure(worker, returncode)  # memory limit, else crash
+            events.append(Failed(launch.trial_id, launch.epoch, failure))
         self._release(worker)
 
-    def _enforce_deadlines(self) -> None:
+    def _enforce_deadlines(self, events: list[Event]) -> None:
         now = time.monotonic()
-        for worker in self._workers.values():
-            if worker.stop_deadline is not None and now >= worker.stop_deadline:
+        for worker in list(self._workers.values()):
+            limit = _limit_deadline(worker)
+            if limit is not None and now >= limit[0]:
+                self._time_out(worker, limit[1], now, events)
+            elif worker.stop_deadline is not None and now >= worker.stop_deadline:
                 worker.stop_deadline = None
                 worker.kill_deadline = now + self._kill_grace
-                _killpg(worker.pid, signal.SIGTERM)
+                _signal_tree(worker, signal.SIGTERM)
             elif worker.kill_deadline is not None and now >= worker.kill_deadline:
                 worker.kill_deadline = None
-                _killpg(worker.pid, signal.SIGKILL)
+                _signal_tree(worker, signal.SIGKILL)
 
     def _next_deadline(self) -> float | None:
-        deadlines = [
-            d
-            for w in self._workers.values()
-            for d in (w.stop_deadline, w.kill_deadline)
-            if d is not None
-        ]
+        deadlines = []
+        for w in self._workers.values():
+            limit = _limit_deadline(w)
+            deadlines += [d for d in (w.stop_deadline, w.kill_deadline) if d is not None]
+            deadlines += [limit[0]] if limit is not None else []
         return min(deadlines) if deadlines else None
+
+    def _time_out(self, worker: _Worker, limit: str, now: float, events: list[Event]) -> None:
+        """Report the attempt as TIMEOUT now, once; kill its tree; release at its death."""
+        launch = worker.launch
+        assert launch is not None and worker.clock_start is not None
+        if limit == "trial_timeout_s":
+            what = f"ran {now - worker.clock_start:.1f} s (trial_timeout_s={launch.timeout_s:g})"
+        else:
+            since = worker.last_report or worker.clock_start
+            start = " since it started" if since == worker.clock_start else ""
+            what = f"no report for {now - since:.1f} s{start}"
+            what += f" (heartbeat_timeout_s={launch.heartbeat_s:g})"
+        worker.timed_out = True
+        worker.retiring = True  # never given another trial: replaced
+        if self._by_trial.get(launch.trial_id) is worker:
+            del self._by_trial[launch.trial_id]
+        worker.stop_deadline = None
+        worker.kill_deadline = now + self._kill_grace
+        _signal_tree(worker, signal.SIGTERM)
+        failure = FailureRecord(
+            kind=FailureKind.TIMEOUT,
+            message=f"the trial was killed: it {what}",
+            stderr_tail=_stderr_tail(os.path.join(launch.trial_dir, "stderr.log")),
+            attempt=launch.attempt,
+            iteration=worker.last_iteration,
+            checkpoint=launch.checkpoint,
+        )
+        events.append(Failed(launch.trial_id, launch.epoch, failure))
+
+    # -- memory (_memory.py) ---------------------------------------------------------------
+    def _memory_deadline(self) -> float | None:
+        due = self._memory.due_in()
+        return None if due is None else time.monotonic() + due
+
+    def _watch_memory(self) -> None:
+        """Kill what the memory watchers name (a trial over its limit, the node's newest)."""
+        by_pid = {w.pid: w for w in self._workers.values()}
+        for pid, failure in self._memory.sample():
+            worker = by_pid.get(pid)
+            if worker is not None and worker.launch is not None and not worker.timed_out:
+                worker.memory_failure = failure  # reported when it is dead: _on_death
+                _signal_tree(worker, signal.SIGKILL)
+
+    def _death_failure(self, worker: _Worker, returncode: int) -> FailureRecord:
+        """Why the worker running a trial died: a memory limit, else a crash."""
+        launch = worker.launch
+        assert launch is not None
+        failure = worker.memory_failure or self._memory.death_record(worker.pid)
+        if failure is None:
+            return _crash_record(launch, returncode)
+        failure.stderr_tail = _stderr_tail(os.path.join(launch.trial_dir, "stderr.log"))
+        failure.attempt, failure.checkpoint = launch.attempt, launch.checkpoint
+        return failure
 
     # -- workers -------------------------------------------------------------------------
     def _idle_worker(self, gpus: tuple[str, ...]) -> _Worker | None:
@@ -249,6 +368,7 @@ class LocalBackend(Backend):
         child_fd = child.fileno()
         env = dict(os.environ)
         env["TUNEFLEET_SYS_PATH"] = json.dumps(sys.path)
+        env[KEY_ENV] = self._key.hex()  # never on disk; the worker drops it from its env
         # the worker must import this very tunefleet, installed or not
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [_PACKAGE_ROOT, env.get("PYTHONPATH")]))
         if gpus or self._pool.gpu_free:
@@ -269,6 +389,7 @@ class LocalBackend(Backend):
             stderr=self._log,
         )
         child.close()
+        self._memory.attach(proc.pid)  # before any trial: its children inherit the cgroup
         worker = _Worker(proc=proc, conn=Connection(parent.detach()), gpus=gpus)
         self._workers[worker.conn] = worker
         return worker
@@ -299,15 +420,16 @@ class LocalBackend(Backend):
         _wait_all(workers, 1.0)
         for worker in workers:
             if worker.proc.poll() is None:
-                _killpg(worker.pid, signal.SIGTERM)
+                _signal_tree(worker, signal.SIGTERM)
         _wait_all(workers, self._kill_grace)
         for worker in workers:
-            _killpg(worker.pid, signal.SIGKILL)
+            _signal_tree(worker, signal.SIGKILL)
             if worker.proc.poll() is None:
                 worker.proc.wait()
             worker.conn.close()
         self._workers.clear()
         self._by_trial.clear()
+        self._memory.close()
         self._log.close()
         try:
             os.remove(self._trainable_file)
@@ -315,21 +437,56 @@ class LocalBackend(Backend):
             pass
 
 
-def _write_trainable(path: str, trainable: Any, experiment_name: str, reuse: bool) -> None:
-    import cloudpickle
+def _start_clocks(worker: _Worker) -> None:
+    worker.clock_start = worker.last_report = time.monotonic()
 
-    payload = {"trainable": trainable, "experiment_name": experiment_name, "reuse_actors": reuse}
-    tmp = path + ".tmp"
+
+def _limit_deadline(worker: _Worker) -> tuple[float, str] | None:
+    """When the running attempt times out, and which limit that is; None if never."""
+    launch = worker.launch
+    if launch is None or worker.clock_start is None or worker.stopping or worker.timed_out:
+        return None
+    if worker.memory_failure is not None:  # killed by a memory watcher: that is its failure
+        return None
+    limits = []
+    if launch.timeout_s is not None:
+        limits.append((worker.clock_start + launch.timeout_s, "trial_timeout_s"))
+    if launch.heartbeat_s is not None and worker.last_report is not None:
+        limits.append((worker.last_report + launch.heartbeat_s, "heartbeat_timeout_s"))
+    return min(limits) if limits else None
+
+
+def _signal_tree(worker: _Worker, sig: signal.Signals) -> None:
+    """Signal the worker's process group, and its descendants that left the group (setsid).
+
+    Those are found while the worker lives (orphans are re-parented to it, a subreaper)
+    and remembered, so they still get the SIGKILL after the worker itself died.
+    """
+    import psutil
+
     try:
-        with open(tmp, "wb") as f:
-            cloudpickle.dump(payload, f)
-    except Exception as exc:
-        raise TypeError(
-            f"the trainable cannot be sent to worker processes (pickling failed: {exc}); "
-            "objects it uses must be picklable: pass large or special objects with "
-            "tune.with_parameters, or create them inside the trainable"
-        ) from exc
-    os.replace(tmp, path)
+        for proc in psutil.Process(worker.pid).children(recursive=True):
+            try:
+                if os.getpgid(proc.pid) != worker.pid and proc not in worker.escaped:
+                    worker.escaped.append(proc)
+            except OSError:
+                continue
+    except psutil.Error:
+        pass
+    _killpg(worker.pid, sig)
+    _signal_escaped(worker, sig)
+
+
+def _signal_escaped(worker: _Worker, sig: signal.Signals) -> None:
+    if not worker.escaped:
+        return
+    import psutil
+
+    for proc in worker.escaped:
+        try:
+            proc.send_signal(sig)  # psutil checks that the pid was not reused
+        except psutil.Error:
+            pass
 
 
 def _wait_all(workers: list[_Worker], timeout: float) -> None:

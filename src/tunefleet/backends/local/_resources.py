@@ -26,9 +26,14 @@ def detect_cpus() -> int:
 
 
 def detect_memory() -> float:
+    """The machine's RAM, or the driver's cgroup limit (a container's) when smaller."""
     import psutil
 
-    return float(psutil.virtual_memory().total)
+    from tunefleet.backends.local._memory_limits import cgroup_memory_limit
+
+    total = float(psutil.virtual_memory().total)
+    limit = cgroup_memory_limit()
+    return min(total, float(limit)) if limit else total
 
 
 class ResourcePool:

@@ -27,6 +27,9 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from tunefleet import session as session_mod
+from tunefleet._redact import reveal, scrub_failure
+from tunefleet.backends.local import _memory
+from tunefleet.backends.local._trainable_file import KEY_ENV
 from tunefleet.session import StopTrial, TrialSession, TuneContext
 from tunefleet.trial import FailureKind, FailureRecord
 
@@ -43,13 +46,11 @@ class _Worker:
         self.current: tuple[str, int] | None = None
         self.pending: list[tuple[Any, ...]] = []  # messages read ahead while polling
 
-    def load(self) -> None:
-        import cloudpickle
-
+    def load(self, key: bytes) -> None:
+        from tunefleet.backends.local._trainable_file import read_trainable_file
         from tunefleet.trainable import unwrap
 
-        with open(self.trainable_file, "rb") as f:
-            payload = cloudpickle.load(f)
+        payload = read_trainable_file(self.trainable_file, key)  # verified before unpickling
         self.inner, _, self.params = unwrap(payload["trainable"])
         self.experiment_name = payload["experiment_name"]
         self.reuse = payload["reuse_actors"]
@@ -117,22 +118,31 @@ class _Worker:
         session_mod._set_session(session)
         final_checkpoint: str | None = None
         outcome: tuple[Any, ...]
+        _memory.reset_peaks()
+        undo_limit = _memory.limit_address_space(launch.get("rlimit_as"))  # "rlimit" mechanism
         try:
             if inspect.isclass(self.inner):
                 self._run_class(launch, session)
             else:
-                self.inner(dict(launch["config"]), **self.params)
+                self.inner(reveal(launch["config"]), **self.params)  # tune.Secret unwrapped
             outcome = ("finished", trial_id, epoch, "returned", final_checkpoint)
         except StopTrial as stop:
-            if inspect.isclass(self.inner) and (launch["checkpoint_at_end"] or stop.pause):
-                final_checkpoint = self._save_class_checkpoint(session, launch)
             how = "paused" if stop.pause else "stopped"
-            outcome = ("finished", trial_id, epoch, how, final_checkpoint)
+            try:
+                if inspect.isclass(self.inner) and (launch["checkpoint_at_end"] or stop.pause):
+                    final_checkpoint = self._save_class_checkpoint(session, launch)
+                outcome = ("finished", trial_id, epoch, how, final_checkpoint)
+            except Exception as exc:  # e.g. CheckpointWriteError (disk full): fail, named
+                failure = _failure_from_exception(exc, launch, session)
+                outcome = ("failed", trial_id, epoch, failure.to_json())
+                self._drop_instance()
         except BaseException as exc:
+            undo_limit()  # room to build the failure record
             failure = _failure_from_exception(exc, launch, session)
             outcome = ("failed", trial_id, epoch, failure.to_json())
             self._drop_instance()
         finally:
+            undo_limit()
             session.close()
             session_mod._set_session(None)
             sys.stdout.flush()
@@ -143,7 +153,7 @@ class _Worker:
         self.send(outcome)
 
     def _run_class(self, launch: dict[str, Any], session: TrialSession) -> None:
-        config = dict(launch["config"])
+        config = reveal(launch["config"])  # tune.Secret unwrapped
         if self.instance is not None and not (self.reuse and self.instance.reset_config(config)):
             self._drop_instance()
         if self.instance is None:
@@ -234,14 +244,10 @@ def _failure_from_exception(
 ) -> FailureRecord:
     kind = FailureKind.EXCEPTION
     name = type(exc).__name__
-    if name == "OutOfMemoryError" or "CUDA out of memory" in str(exc):
-        kind = FailureKind.GPU_OOM
-    elif isinstance(exc, MemoryError):
-        kind = FailureKind.OOM
     message = str(exc)
     if isinstance(exc, SystemExit):
         message = f"the trainable called sys.exit({exc.code!r})"
-    return FailureRecord(
+    failure = FailureRecord(
         kind=kind,
         message=message,
         traceback="".join(traceback.format_exception(exc)),
@@ -252,6 +258,8 @@ def _failure_from_exception(
         iteration=session.iteration,
         checkpoint=launch["checkpoint"],
     )
+    _memory.memory_failure(exc, failure)  # OOM (MemoryError) or GPU_OOM, with the peak
+    return scrub_failure(failure, launch["config"])  # the trial's secrets stay in its process
 
 
 def _redirect_output(trial_dir: str) -> Any:
@@ -299,32 +307,63 @@ def _children(pid: int) -> list[int]:
 
 
 def _kill_children() -> None:
-    """No process a trial started outlives it, even when the worker is reused."""
-    tree, stack = [], _children(os.getpid())
-    while stack:
-        pid = stack.pop()
-        tree.append(pid)
-        stack.extend(_children(pid))
-    for pid in tree:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
-    deadline = time.monotonic() + 2.0
-    while time.monotonic() < deadline:  # reap them (orphans were re-parented to us)
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            if not _children(os.getpid()):
+    """No process a trial started outlives it, even when the worker is reused.
+
+    Orphans (double forks, daemons in a session of their own) were re-parented to
+    this worker, a subreaper, so the tree holds them too. The tree is killed again
+    until it is empty: a process may fork while its parent is being killed.
+    """
+    deadline = time.monotonic() + 5.0
+    while time.monotonic() < deadline:
+        tree, stack = [], _children(os.getpid())
+        while stack:
+            pid = stack.pop()
+            tree.append(pid)
+            stack.extend(_children(pid))
+        for pid in tree:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        while True:  # reap what died (zombies are still listed as children)
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
                 return
-            time.sleep(0.01)
+            if pid == 0:
+                break
+        if not _children(os.getpid()):
+            return
+        time.sleep(0.01)
+
+
+def _die_with_the_driver() -> None:
+    """If the driver dies (even by SIGKILL), kill this worker's whole process group.
+
+    A trial in a long step would otherwise run on, orphaned, and write into a trial
+    directory that a resumed driver is about to use again.
+    """
+    import threading
+
+    driver = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == driver:
+            time.sleep(0.5)
+        os.killpg(os.getpgrp(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="tunefleet-driver-watch", daemon=True).start()
 
 
 def main() -> None:
+    _die_with_the_driver()
     fd = int(sys.argv[1])
     os.set_inheritable(fd, False)  # processes a trial starts must not hold the driver's line
+    # the key that verifies the trainable file: kept from trials and their children
+    try:
+        key = bytes.fromhex(os.environ.pop(KEY_ENV, ""))
+    except ValueError:
+        key = b""  # the load below refuses the file and says why
     extra_path = os.environ.pop("TUNEFLEET_SYS_PATH", None)
     if extra_path:
         import json
@@ -334,7 +373,7 @@ def main() -> None:
     conn = Connection(fd)
     worker = _Worker(conn, sys.argv[2])
     try:
-        worker.load()
+        worker.load(key)
     except BaseException as exc:
         failure = FailureRecord(
             kind=FailureKind.EXCEPTION,

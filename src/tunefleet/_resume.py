@@ -1,0 +1,331 @@
+"""Continue an experiment from its store: after Ctrl-C, a crash, or SIGKILL of the driver.
+
+The store holds everything a resume needs as JSON: the trials (with their status,
+attempts and checkpoints), the searcher's, scheduler's and stopper's state as of
+the last committed step, the experiment's run time, and the settings it was
+started with. Nothing is unpickled. What cannot be stored as JSON (a custom
+searcher or scheduler object, a stop function, `sample_from` functions, redacted
+secrets) must be passed again, and its saved state is loaded into it.
+
+Which trials run again:
+- TERMINATED trials stay finished.
+- Unfinished trials (RUNNING when the driver died, PAUSED, PENDING) continue from
+  their newest valid checkpoint, with their results after it rewound
+  (`resume_unfinished=True`); otherwise they end TERMINATED, "not resumed".
+- ERROR trials stay failed, unless `resume_errored` (from their checkpoint) or
+  `restart_errored` (from scratch); either way they get `max_failures` anew.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tunefleet.config import CheckpointConfig, FailureConfig, RunConfig, TuneConfig
+from tunefleet.trial import Trial, TrialStatus
+
+_DEFAULT_SEARCHER = "BasicVariantGenerator"
+_DEFAULT_SCHEDULER = "FIFOScheduler"
+
+
+@dataclass
+class ResumeState:
+    """What a resumed run starts from (built by `prepare_resume`)."""
+
+    path: str
+    name: str
+    id_prefix: str
+    trials: list[Trial]
+    changed: list[tuple[Trial, str]] = field(default_factory=list)  # (trial, what was done)
+    from_scratch: list[str] = field(default_factory=list)
+    retry_base: dict[str, int] = field(default_factory=dict)
+    searcher_state: dict[str, Any] | None = None
+    scheduler_state: dict[str, Any] | None = None
+    stopper_state: dict[str, Any] | None = None
+    elapsed_s: float = 0.0
+
+
+@dataclass
+class Restored:
+    """The settings to run with, and where the resumed run starts."""
+
+    param_space: dict[str, Any]
+    tune_config: TuneConfig
+    run_config: RunConfig
+    state: ResumeState
+
+
+# -- what a new experiment records --------------------------------------------------------
+def stop_kind(stop: Any) -> str:
+    return "none" if stop is None else "dict" if isinstance(stop, dict) else "custom"
+
+
+def tune_config_json(config: TuneConfig) -> dict[str, Any]:
+    return {
+        "metric": config.metric,
+        "mode": config.mode,
+        "num_samples": config.num_samples,
+        "max_concurrent_trials": config.max_concurrent_trials,
+        "time_budget_s": config.time_budget_s,
+        "reuse_actors": config.reuse_actors,
+    }
+
+
+def run_config_json(config: RunConfig) -> dict[str, Any]:
+    return {
+        "verbose": config.verbose,
+        "resources": config.resources,
+        "checkpoint_config": dataclasses.asdict(config.checkpoint_config),
+        "failure_config": dataclasses.asdict(config.failure_config),
+    }
+
+
+# -- restore ------------------------------------------------------------------------------
+def can_restore(path: str) -> bool:
+    """True if `path` is a tunefleet experiment directory (or its database) that started."""
+    from tunefleet.store import resolve_experiment
+
+    try:
+        return was_started(resolve_experiment(path))
+    except (FileNotFoundError, OSError):
+        return False
+
+
+def was_started(experiment: Path) -> bool:
+    """False for a database left by a driver killed before the experiment was recorded."""
+    import sqlite3
+
+    from tunefleet.store import StoreReader
+
+    try:
+        with StoreReader(experiment) as reader:
+            return "id_prefix" in reader.meta()
+    except sqlite3.DatabaseError:
+        return True  # damaged, not empty: Tuner.restore will say how
+
+
+def prepare_resume(
+    path: str,
+    *,
+    param_space: dict[str, Any] | None,
+    tune_config: TuneConfig | None,
+    run_config: RunConfig | None,
+    resume_unfinished: bool,
+    resume_errored: bool,
+    restart_errored: bool,
+    force: bool,
+) -> Restored:
+    """Read the experiment at `path` and decide how it continues; writes nothing."""
+    from tunefleet.store import StoreReader, resolve_experiment
+    from tunefleet.store._check import check_database
+
+    exp = resolve_experiment(path)
+    check_database(exp / "experiment.db")
+    with StoreReader(exp) as reader:
+        meta = reader.meta()
+        trials = reader.trials()
+        states = {k: reader.state(k) for k in ("searcher", "scheduler", "stopper", "clock")}
+    if "id_prefix" not in meta:
+        raise ValueError(f"{exp} was made by a tunefleet without resume support; it cannot resume")
+    space = _param_space(meta, param_space, force)
+    tune = _tune_config(meta, tune_config, force)
+    run = _run_config(meta, run_config, force)
+    state = ResumeState(
+        path=str(exp),
+        name=str(meta["name"]),
+        id_prefix=str(meta["id_prefix"]),
+        trials=trials,
+        searcher_state=states["searcher"],
+        scheduler_state=states["scheduler"],
+        stopper_state=states["stopper"] if run.stop is not None else None,
+        elapsed_s=float((states["clock"] or {}).get("elapsed_s", 0.0)),
+    )
+    _decide_trials(state, resume_unfinished, resume_errored, restart_errored)
+    for trial, _ in state.changed:
+        if not trial.status.is_finished:
+            trial.config = _unredacted(trial.config, space, f"trial {trial.trial_id}: config")
+    return Restored(space, tune, run, state)
+
+
+def _unredacted(config: Any, space: Any, where: str) -> Any:
+    """The trial's stored config, with each value stored redacted taken from `space`.
+
+    Only constants (and `tune.Secret`s) of the space can give a secret back; a secret
+    sampled from a domain was never stored and cannot be resumed.
+    """
+    from tunefleet.space import Domain
+
+    if isinstance(config, str) and "***" in config:
+        if space is None or isinstance(space, (Domain, dict)):
+            raise ValueError(
+                f"{where} was stored redacted (a secret) and the param_space given does "
+                "not hold it as a constant, so the trial cannot get it back; keep secrets "
+                "in constants or tune.Secret, and pass param_space= to Tuner.restore"
+            )
+        return space
+    if isinstance(config, dict):
+        inner = space if isinstance(space, dict) else {}
+        return {k: _unredacted(v, inner.get(k), f"{where}[{k!r}]") for k, v in config.items()}
+    if isinstance(config, list):
+        items = space if isinstance(space, list) and len(space) == len(config) else None
+        return [
+            _unredacted(v, items[i] if items else None, f"{where}[{i}]")
+            for i, v in enumerate(config)
+        ]
+    return config
+
+
+def _param_space(meta: dict[str, Any], given: dict[str, Any] | None, force: bool) -> Any:
+    from tunefleet.space import space_from_json, space_to_json
+
+    recorded = meta.get("param_space") or {}
+    if given is None:
+        _refuse_unstorable(recorded)
+        return space_from_json(recorded)
+    if not isinstance(given, dict):
+        raise TypeError(f"param_space must be a dict, not {type(given).__name__}")
+    from tunefleet._redact import redact
+
+    _check_same("param_space", recorded, redact(space_to_json(given)), force)
+    return given
+
+
+def _refuse_unstorable(recorded: Any, where: str = "param_space") -> None:
+    """sample_from functions and redacted values must be passed again."""
+    if isinstance(recorded, dict):
+        if recorded.get("__domain__") == "sample_from":
+            raise ValueError(
+                f"{where} is a sample_from function, which the store cannot hold; pass the "
+                "search space again: Tuner.restore(path, trainable, param_space={...})"
+            )
+        for key, value in recorded.items():
+            _refuse_unstorable(value, f"{where}[{key!r}]")
+    elif isinstance(recorded, list):
+        for i, value in enumerate(recorded):
+            _refuse_unstorable(value, f"{where}[{i}]")
+    elif isinstance(recorded, str) and "***" in recorded:
+        raise ValueError(
+            f"{where} was redacted as a secret when stored; pass the search space again: "
+            "Tuner.restore(path, trainable, param_space={...})"
+        )
+
+
+def _tune_config(meta: dict[str, Any], given: TuneConfig | None, force: bool) -> TuneConfig:
+    recorded = meta.get("tune_config") or {}
+    searcher, scheduler = meta.get("searcher"), meta.get("scheduler")
+    if given is None:
+        for kind, name, default, arg in (
+            ("searcher", searcher, _DEFAULT_SEARCHER, "search_alg"),
+            ("scheduler", scheduler, _DEFAULT_SCHEDULER, "scheduler"),
+        ):
+            if name != default:
+                raise ValueError(
+                    f"this experiment used the {kind} {name}; pass it again with "
+                    f"tune_config=TuneConfig({arg}={name}(...), ...) and its saved state "
+                    "is loaded into it"
+                )
+        return TuneConfig(**recorded)
+    given.validate()
+    same = {k: getattr(given, k) for k in ("metric", "mode")}
+    _check_same("tune_config", {k: recorded.get(k) for k in same}, same, force)
+    for kind, name, obj in (
+        ("searcher", searcher, given.search_alg),
+        ("scheduler", scheduler, given.scheduler),
+    ):
+        now = type(obj).__name__ if obj is not None else None
+        default = _DEFAULT_SEARCHER if kind == "searcher" else _DEFAULT_SCHEDULER
+        if (now or default) != name and not force:
+            raise ValueError(
+                f"the experiment's {kind} was {name}, the tune_config given has "
+                f"{now or default}; its saved state would not fit (force=True starts "
+                f"the new {kind} without it)"
+            )
+    return given
+
+
+def _run_config(meta: dict[str, Any], given: RunConfig | None, force: bool) -> RunConfig:
+    recorded = meta.get("run_config") or {}
+    if given is None:
+        if meta.get("stop_kind") == "custom":
+            raise ValueError(
+                "this experiment used a stop function or Stopper, which the store cannot "
+                "hold; pass it again with run_config=RunConfig(stop=...)"
+            )
+        return RunConfig(
+            stop=meta.get("stop"),
+            verbose=recorded.get("verbose", 1),
+            resources=recorded.get("resources"),
+            checkpoint_config=CheckpointConfig(**recorded.get("checkpoint_config", {})),
+            failure_config=FailureConfig(**recorded.get("failure_config", {})),
+        )
+    given.validate()
+    if isinstance(given.stop, dict) or meta.get("stop_kind") == "dict":
+        _check_same("run_config.stop", meta.get("stop"), given.stop, force)
+    return given
+
+
+def _check_same(what: str, recorded: Any, given: Any, force: bool) -> None:
+    """Refuse a changed setting unless forced, showing the difference."""
+    given = _functions_as_recorded(recorded, json.loads(json.dumps(given, default=str)))
+    old, new = _canonical(recorded), _canonical(given)
+    if old == new or force:
+        return
+    diff = difflib.unified_diff(
+        old.splitlines(), new.splitlines(), "recorded", "given", lineterm="", n=1
+    )
+    raise ValueError(
+        f"{what} differs from the one this experiment was started with; a resumed "
+        "experiment would mix results of two different setups. Pass force=True to "
+        "resume anyway, or start a new experiment.\n" + "\n".join(diff)
+    )
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, indent=1, default=str)
+
+
+def _functions_as_recorded(recorded: Any, given: Any) -> Any:
+    """`given`, its sample_from functions taken as the recorded ones (they cannot be
+    compared)."""
+    if _is_function(recorded) and _is_function(given):
+        return recorded
+    if isinstance(recorded, dict) and isinstance(given, dict):
+        return {k: _functions_as_recorded(recorded.get(k), v) for k, v in given.items()}
+    if isinstance(recorded, list) and isinstance(given, list) and len(recorded) == len(given):
+        return [_functions_as_recorded(r, g) for r, g in zip(recorded, given, strict=True)]
+    return given
+
+
+def _is_function(value: Any) -> bool:
+    return isinstance(value, dict) and value.get("__domain__") == "sample_from"
+
+
+def _decide_trials(
+    state: ResumeState, resume_unfinished: bool, resume_errored: bool, restart_errored: bool
+) -> None:
+    for trial in state.trials:
+        status = trial.status
+        if status is TrialStatus.TERMINATED:
+            continue
+        if status is TrialStatus.ERROR:
+            if not (resume_errored or restart_errored):
+                continue
+            if restart_errored:
+                state.from_scratch.append(trial.trial_id)
+            trial.attempt += 1
+            state.retry_base[trial.trial_id] = trial.attempt
+            trial.error = None
+            trial.ended_at = None
+            trial.status = TrialStatus.PAUSED if trial.epoch else TrialStatus.PENDING
+            state.changed.append((trial, "restart" if restart_errored else "resume errored"))
+        elif resume_unfinished:
+            trial.status = TrialStatus.PAUSED if trial.epoch else TrialStatus.PENDING
+            state.changed.append((trial, "resume"))
+        else:
+            trial.status = TrialStatus.TERMINATED
+            trial.stop_reason = "not resumed (resume_unfinished=False)"
+            state.changed.append((trial, "not resumed"))

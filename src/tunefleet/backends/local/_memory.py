@@ -1,0 +1,403 @@
+"""Memory for the local backend: per-trial limits, the node memory watcher, OOM records.
+
+A trial's limit is ``resources["memory"]`` (bytes; absent or 0: none). It is enforced
+by the strongest mechanism available, checked once per experiment (docs/memory.md):
+
+- ``cgroup2`` / ``cgroup1``: each worker gets a memory cgroup under the driver's own
+  (``<driver cgroup>/tunefleet/<experiment>/worker-<pid>-<n>``); the limit is set
+  before each trial and the kernel enforces it on the worker and everything it starts.
+- ``rlimit``: the worker sets a soft RLIMIT_AS on itself for the trial; an allocation
+  past it raises MemoryError. The tree watcher backs it up (children have their own).
+- ``watcher``: the driver samples the RSS of the worker's process tree and kills the
+  tree when it is over the limit.
+
+`MemoryGuard` is the driver's side; the functions at the end run in the worker.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from tunefleet.backends.local._memory_limits import (
+    ENV_MECHANISM,
+    MECHANISMS,
+    Mechanism,
+    cgroup_memory_limit,
+    choose_mechanism,
+    node_memory_usage,
+    read_text,
+    tree_rss,
+    why_unavailable,
+    write_text,
+)
+from tunefleet.trial import FailureKind, FailureRecord
+
+__all__ = [
+    "ENV_MECHANISM",
+    "MECHANISMS",
+    "Mechanism",
+    "MemoryGuard",
+    "node_memory_usage",
+    "why_unavailable",
+]
+
+SAMPLE_INTERVAL_S = 0.25
+NodeMemory = Callable[[], tuple[float, float]]  # () -> (bytes in use, bytes total)
+
+_TRIAL_ADVICE = (
+    "if the trial needs more, declare it with tune.with_resources(trainable, "
+    "{'memory': '4GB'}); otherwise reduce its batch size or model size"
+)
+_NODE_ADVICE = (
+    "lower TuneConfig(max_concurrent_trials=...), declare memory= in "
+    "tune.with_resources(...) so that only trials that fit are started, "
+    "or reduce the batch size"
+)
+
+
+def human_bytes(n: float | None) -> str:
+    """1536 MiB -> '1.50 GiB'; binary units, as `free -h` and the kernel use."""
+    if n is None:
+        return "unknown"
+    if abs(n) >= 1 << 30:
+        return f"{n / (1 << 30):.2f} GiB"
+    if abs(n) >= 1 << 20:
+        return f"{n / (1 << 20):.0f} MiB"
+    return f"{n / 1024:.0f} KiB"
+
+
+# -- the driver's guard ------------------------------------------------------------------
+@dataclass
+class _Running:
+    trial_id: str
+    limit: int  # 0: none
+    started: float
+    enforced: bool  # the kernel enforces `limit`; else the tree watcher does
+    usage: int = 0
+    peak: int = 0
+    killed: bool = False
+
+
+class MemoryGuard:
+    """The driver's memory bookkeeping, one per backend.
+
+    Args:
+        experiment: the experiment's name (part of the cgroup names).
+        threshold: the node watcher kills a trial above this fraction of memory in use.
+        mechanism: force one of MECHANISMS (default: the strongest available).
+        node_memory: () -> (used, total) bytes; default: the machine's or its cgroup's.
+        interval: seconds between samples.
+    """
+
+    def __init__(
+        self,
+        *,
+        experiment: str,
+        threshold: float,
+        mechanism: str | None = None,
+        node_memory: NodeMemory | None = None,
+        interval: float = SAMPLE_INTERVAL_S,
+    ) -> None:
+        self.mechanism = choose_mechanism(mechanism, experiment)
+        self._threshold = threshold
+        self._node = node_memory or node_memory_usage
+        self._interval = interval
+        self._running: dict[int, _Running] = {}
+        self._largest_peak = 0  # of trials that ended
+        self._next_sample = 0.0
+        self._node_victim: int | None = None  # until its worker is gone, kill no other
+        self._gone: list[int] = []  # dead workers, forgotten at the next sample
+
+    # -- worker and trial lifetimes -------------------------------------------------------
+    def attach(self, pid: int) -> None:
+        self._forget_gone()  # a new worker may have a dead one's pid
+        self.mechanism.attach(pid)
+
+    def detach(self, pid: int) -> None:
+        """The worker died; its cgroup stays readable (death_record) until the next sample."""
+        self._gone.append(pid)
+        if self._node_victim == pid:
+            self._node_victim = None
+
+    def _forget_gone(self) -> None:
+        for pid in self._gone:
+            self.mechanism.detach(pid)
+            self._running.pop(pid, None)
+        self._gone.clear()
+        self.mechanism.tidy()
+
+    def start(self, pid: int, trial_id: str, resources: dict[str, Any]) -> dict[str, Any]:
+        """Apply the trial's limit; return what the worker must know (RLIMIT_AS)."""
+        limit = int(resources.get("memory", 0) or 0)
+        enforced = self.mechanism.apply(pid, limit or None)
+        self._running[pid] = _Running(trial_id, limit, time.monotonic(), enforced)
+        # CUDA reserves huge address space, so RLIMIT_AS would break GPU trials
+        rlimit = self.mechanism.worker_rlimit and limit and not resources.get("gpu")
+        return {"rlimit_as": limit if rlimit else None}
+
+    def end(self, pid: int) -> None:
+        """The worker's trial ended: remember its peak for the next estimates."""
+        run = self._running.pop(pid, None)
+        if run is not None:
+            self._largest_peak = max(self._largest_peak, run.peak)
+        if self._node_victim == pid:
+            self._node_victim = None
+
+    # -- adaptive concurrency --------------------------------------------------------------
+    def fits(self, resources: dict[str, Any]) -> bool:
+        """Would the running trials plus a new one fit under the threshold?"""
+        if not self._running:
+            return True  # never deadlock: one trial may always run
+        used, total = self._node()
+        others = max(0.0, used - sum(r.usage for r in self._running.values()))
+        need = sum(self._estimate(r.limit, r.peak) for r in self._running.values())
+        need += self._estimate(int(resources.get("memory", 0) or 0), 0)
+        return need <= self._threshold * total - others
+
+    def _estimate(self, declared: int, peak: int) -> int:
+        largest = max([self._largest_peak, *(r.peak for r in self._running.values())])
+        return max(declared or largest, peak)
+
+    # -- sampling ----------------------------------------------------------------------------
+    def due_in(self) -> float | None:
+        """Seconds until the next sample is due; None when no trial runs."""
+        if not self._running:
+            return None
+        return max(0.0, self._next_sample - time.monotonic())
+
+    def sample(self) -> list[tuple[int, FailureRecord]]:
+        """Measure the running trials; return the workers to kill now and why."""
+        self._forget_gone()
+        now = time.monotonic()
+        if not self._running or now < self._next_sample:
+            return []
+        self._next_sample = now + self._interval
+        self._measure()
+        return self._over_limit() or self._node_check()
+
+    def _measure(self) -> None:
+        watched = [pid for pid in self._running if not self.mechanism.manages(pid)]
+        trees = tree_rss(watched) if watched else {}
+        for pid, run in self._running.items():
+            usage = trees[pid] if pid in trees else self.mechanism.usage(pid)
+            run.usage = usage or 0
+            run.peak = max(run.peak, run.usage)
+
+    def _over_limit(self) -> list[tuple[int, FailureRecord]]:
+        kills = []
+        for pid, run in self._running.items():
+            if run.limit and not run.enforced and not run.killed and run.usage > run.limit:
+                run.killed = True
+                cause = (
+                    f"its process tree used {human_bytes(run.usage)}, over its memory "
+                    "limit (the driver's memory watcher)"
+                )
+                kills.append((pid, self._record(pid, cause, run.peak, run.limit, _TRIAL_ADVICE)))
+        return kills
+
+    def _node_check(self) -> list[tuple[int, FailureRecord]]:
+        if self._node_victim is not None:
+            return []
+        used, total = self._node()
+        line = self._threshold * total
+        alive = [(run.started, pid) for pid, run in self._running.items() if not run.killed]
+        if used <= line or not alive:
+            return []
+        pid = max(alive)[1]
+        run = self._running[pid]
+        run.killed = True
+        self._node_victim = pid
+        cause = (
+            f"the node memory watcher killed it, the newest running trial, because the "
+            f"machine's memory in use ({human_bytes(used)} of {human_bytes(total)}, "
+            f"{used / total:.0%}) went above memory_usage_threshold={self._threshold:g} "
+            f"({human_bytes(line)})"
+        )
+        return [(pid, self._record(pid, cause, run.peak, int(line), _NODE_ADVICE))]
+
+    # -- failure records ----------------------------------------------------------------------
+    def death_record(self, pid: int) -> FailureRecord | None:
+        """An OOM record if the kernel's OOM killer killed this worker's trial."""
+        run = self._running.get(pid)
+        if run is None or not self.mechanism.oom_killed(pid):
+            return None
+        return self._kernel_record(pid, run, "the kernel's OOM killer killed it")
+
+    def explain(self, pid: int, record: FailureRecord) -> FailureRecord:
+        """Complete a failure the worker reported: a MemoryError, or an error after the
+        kernel OOM-killed one of the trial's processes, is OOM with limit, peak and others."""
+        run = self._running.get(pid)
+        detail = _shorten(record.message, 200)
+        if run is None:
+            return record
+        if record.kind is FailureKind.EXCEPTION and self.mechanism.oom_killed(pid):
+            what = "the kernel's OOM killer killed one of its processes"
+            new = self._kernel_record(pid, run, what, f"{record.exception_type}: {detail}")
+        elif record.kind is FailureKind.OOM:
+            rlimit = run.limit and self.mechanism.worker_rlimit
+            cause = "it raised MemoryError" + (" at its memory limit (RLIMIT_AS)" if rlimit else "")
+            cause += f" ({detail})" if detail else ""
+            peak = max(record.peak_memory or 0, run.peak)
+            advice = _TRIAL_ADVICE if run.limit else _NODE_ADVICE
+            new = self._record(pid, cause, peak, run.limit or cgroup_memory_limit(), advice)
+        else:
+            return record
+        record.kind, record.message = FailureKind.OOM, new.message
+        record.peak_memory, record.memory_limit = new.peak_memory, new.memory_limit
+        return record
+
+    def _kernel_record(self, pid: int, run: _Running, what: str, then: str = "") -> FailureRecord:
+        peak = self.mechanism.peak(pid) or run.peak
+        then = f", then it raised {then}" if then else ""
+        if run.limit and run.enforced:
+            cause = f"{what} at its memory limit ({self.mechanism.name}){then}"
+            return self._record(pid, cause, peak, run.limit, _TRIAL_ADVICE)
+        cause = f"{what}: the machine (or the driver's cgroup) ran out of memory{then}"
+        return self._record(pid, cause, peak, cgroup_memory_limit(), _NODE_ADVICE)
+
+    def _record(
+        self, pid: int, cause: str, peak: int | None, limit: int | None, advice: str
+    ) -> FailureRecord:
+        run = self._running[pid]
+        others = {r.trial_id: r.usage for p, r in self._running.items() if p != pid}
+        message = oom_message(run.trial_id, cause, peak, limit, others, advice)
+        return FailureRecord(
+            kind=FailureKind.OOM,
+            message=message,
+            signal="SIGKILL",
+            peak_memory=peak or None,
+            memory_limit=limit or None,
+        )
+
+    def close(self) -> None:
+        self._forget_gone()
+        self.mechanism.close()
+
+
+def _shorten(text: str, size: int) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= size else flat[: size - 3] + "..."
+
+
+def oom_message(
+    trial_id: str,
+    cause: str,
+    peak: int | None,
+    limit: int | None,
+    others: dict[str, int],
+    advice: str,
+) -> str:
+    """One line: which limit was hit, the peak, the limit, the other trials, what to change."""
+    if others:
+        top = sorted(others.items(), key=lambda kv: -kv[1])[:5]
+        listed = ", ".join(f"{tid}: {human_bytes(used)}" for tid, used in top)
+        more = f", and {len(others) - 5} more" if len(others) > 5 else ""
+        rest = f"the other running trials used {human_bytes(sum(others.values()))} ({listed}{more})"
+    else:
+        rest = "no other trial was running"
+    limit_text = human_bytes(limit) if limit else "none"
+    return (
+        f"trial {trial_id} ran out of memory: {cause}; peak {human_bytes(peak)}, "
+        f"limit {limit_text}; {rest}. To fix: {advice}."
+    )
+
+
+# -- the worker's side -------------------------------------------------------------------
+def limit_address_space(limit: int | None) -> Callable[[], None]:
+    """Let the trial add about `limit` bytes to the worker (soft RLIMIT_AS); return the undo.
+
+    Address space is not memory: the limit is the worker's current size plus what the
+    trial may add (`limit` less what the worker holds now).
+    """
+    if not limit:
+        return lambda: None
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    size, rss = _status_kib("VmSize") * 1024, _status_kib("VmRSS") * 1024
+    new = size + max(0, limit - rss)
+    if hard != resource.RLIM_INFINITY:
+        new = min(new, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (new, hard))
+    done: list[bool] = []
+
+    def undo() -> None:
+        if not done:
+            done.append(True)
+            resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+    return undo
+
+
+def _status_kib(key: str) -> int:
+    for line in (read_text("/proc/self/status") or "").splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1])
+    return 0
+
+
+def reset_peaks() -> None:
+    """Start the trial's peak counters (this process's RSS, torch's CUDA) from now."""
+    try:
+        write_text("/proc/self/clear_refs", "5")  # resets VmHWM
+    except OSError:
+        pass
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        try:
+            if torch.cuda.is_initialized():
+                torch.cuda.reset_peak_memory_stats()
+        except Exception:
+            pass
+
+
+def peak_rss() -> int | None:
+    """This process's peak RSS since `reset_peaks()`."""
+    return _status_kib("VmHWM") * 1024 or None
+
+
+def is_gpu_oom(exc: BaseException) -> bool:
+    """torch's OutOfMemoryError (by name, without importing torch) or CUDA's OOM text."""
+    for cls in type(exc).__mro__:
+        if cls.__name__ == "OutOfMemoryError" and cls.__module__.split(".")[0] == "torch":
+            return True
+    text = str(exc)
+    return "CUDA out of memory" in text or "CUDA error: out of memory" in text
+
+
+def gpu_peak_memory() -> int | None:
+    """The largest peak of memory allocated by torch on a visible GPU, if torch is loaded."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    try:
+        if not torch.cuda.is_initialized():
+            return None
+        devices = range(torch.cuda.device_count())
+        return max(int(torch.cuda.max_memory_allocated(d)) for d in devices)
+    except Exception:
+        return None
+
+
+def memory_failure(exc: BaseException, record: FailureRecord) -> None:
+    """Turn `record` of an exception into OOM or GPU_OOM when it is one (worker side)."""
+    if is_gpu_oom(exc):
+        record.kind = FailureKind.GPU_OOM
+        record.peak_memory = gpu_peak_memory()
+        text = _shorten(str(exc), 300)
+        peak = "the GPU's peak is unknown (torch's CUDA not initialised)"
+        if record.peak_memory is not None:
+            peak = f"peak {human_bytes(record.peak_memory)} allocated by torch on this GPU"
+        record.message = (
+            f"the trial ran out of GPU memory ({type(exc).__name__}: {text}); {peak}. "
+            "To fix: reduce the batch size or model size, or give each trial more of the "
+            "GPU (a larger 'gpu' in tune.with_resources, or lower max_concurrent_trials). "
+            "The worker was replaced so the next trial on this GPU starts with its memory free."
+        )
+    elif isinstance(exc, MemoryError):
+        record.kind = FailureKind.OOM
+        record.peak_memory = peak_rss()
