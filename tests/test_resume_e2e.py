@@ -300,3 +300,12 @@ def test_resumed_trials_get_their_redacted_secrets_back(storage: str, tmp_path: 
     ).fit()
     assert again.num_errors == 0
     assert again[0].metrics["score"] == 2.0
+
+
+def test_a_budget_may_grow_on_resume(storage: str) -> None:
+    path = short_run(storage)  # grid of 2, num_samples=1
+    grid = tune.Tuner.restore(
+        path, counting, tune_config=tune.TuneConfig(metric="score", mode="max", num_samples=2)
+    ).fit()
+    assert len(grid) == 4 and grid.num_terminated == 4
+    assert sorted(r.config["x"] for r in grid) == [1.0, 1.0, 2.0, 2.0]

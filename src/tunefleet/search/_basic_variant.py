@@ -177,7 +177,7 @@ class BasicVariantGenerator(Searcher):
         self._base_seed = int(state["base_seed"])
         self._unit, self._grid_index = int(state["unit"]), int(state["grid_index"])
         self._live = [str(t) for t in state["live_trials"]]
-        self.num_samples = int(state["num_samples"])
+        # num_samples stays as set_search_properties gave it: a budget may change on resume
 
 
 def _make_rng(seed: int | random.Random | None) -> random.Random:
