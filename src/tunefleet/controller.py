@@ -36,6 +36,7 @@ from tunefleet.trial import FailureKind, FailureRecord, Trial, TrialStatus
 logger = logging.getLogger("tunefleet")
 
 _POLL_S = 0.05
+_COMMIT_EVERY_S = 0.02
 _SLOW_HOOK_S = 0.5
 
 
@@ -114,6 +115,7 @@ class Controller:
         self._ctrl_c = _CtrlC()
         self._worst: float | None = None  # worst finite metric value seen (nan_policy)
         self._to_delete: list[str] = []  # checkpoints to delete after the next commit
+        self._committed = 0.0  # time.monotonic() of the last commit
         if trials:  # resumed: retention knows what each trial kept
             for trial_id, path, result in store.kept_checkpoints():
                 self._to_delete.extend(keeper.add(trial_id, path, result))
@@ -161,7 +163,7 @@ class Controller:
             raise RuntimeError(f"The trainable could not be loaded in a worker:\n{fatal.traceback}")
         self._check_experiment_stop()
         self._save_states()
-        self._flush()
+        self._flush(now=False)
         self.reporter.update(self)
         for cb in self.callbacks:
             cb.on_step_end(self.iteration, trials)
@@ -567,8 +569,16 @@ class Controller:
             self.store.add_event(trial.trial_id, status.value.lower(), None)
         self.store.update_trial(trial)
 
-    def _flush(self) -> None:
-        """Commit the step, then delete the checkpoints retention dropped in it."""
+    def _flush(self, *, now: bool = True) -> None:
+        """Commit, then delete the checkpoints retention dropped before the commit.
+
+        Steps commit at most every `_COMMIT_EVERY_S` (a step can be a millisecond);
+        a crash loses at most that much, which resume redoes exactly.
+        """
+        clock = time.monotonic()
+        if not (now or self._to_delete or clock - self._committed >= _COMMIT_EVERY_S):
+            return
+        self._committed = clock
         self.store.flush()
         if self._to_delete:
             for path, reason in delete_checkpoints(self._to_delete):

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
@@ -148,7 +148,7 @@ class LocalBackend(Backend):
         if worker.ready:
             _start_clocks(worker)
         self._by_trial[launch.trial_id] = worker
-        launch_dict = asdict(launch)
+        launch_dict = {f.name: getattr(launch, f.name) for f in fields(launch)}  # no deep copy
         launch_dict["resources"] = {**launch.resources, "gpu_ids": list(gpus)}
         worker.memory_failure = None
         launch_dict.update(self._memory.start(worker.pid, launch.trial_id, launch.resources))

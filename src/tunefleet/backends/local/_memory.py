@@ -111,6 +111,7 @@ class MemoryGuard:
         self._next_sample = 0.0
         self._node_victim: int | None = None  # until its worker is gone, kill no other
         self._gone: list[int] = []  # dead workers, forgotten at the next sample
+        self._node_reading: tuple[float, tuple[float, float]] | None = None  # (when, reading)
 
     # -- worker and trial lifetimes -------------------------------------------------------
     def attach(self, pid: int) -> None:
@@ -152,11 +153,20 @@ class MemoryGuard:
         """Would the running trials plus a new one fit under the threshold?"""
         if not self._running:
             return True  # never deadlock: one trial may always run
-        used, total = self._node()
+        used, total = self._node_usage()
         others = max(0.0, used - sum(r.usage for r in self._running.values()))
         need = sum(self._estimate(r.limit, r.peak) for r in self._running.values())
         need += self._estimate(int(resources.get("memory", 0) or 0), 0)
         return need <= self._threshold * total - others
+
+    def _node_usage(self, fresh: bool = False) -> tuple[float, float]:
+        """(used, total): read at most once per sampling interval unless `fresh`."""
+        now = time.monotonic()
+        cached = self._node_reading
+        if fresh or cached is None or now - cached[0] >= self._interval:
+            cached = (now, self._node())
+            self._node_reading = cached
+        return cached[1]
 
     def _estimate(self, declared: int, peak: int) -> int:
         largest = max([self._largest_peak, *(r.peak for r in self._running.values())])
@@ -202,7 +212,7 @@ class MemoryGuard:
     def _node_check(self) -> list[tuple[int, FailureRecord]]:
         if self._node_victim is not None:
             return []
-        used, total = self._node()
+        used, total = self._node_usage(fresh=True)
         line = self._threshold * total
         alive = [(run.started, pid) for pid, run in self._running.items() if not run.killed]
         if used <= line or not alive:

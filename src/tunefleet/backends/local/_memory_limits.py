@@ -214,6 +214,7 @@ class _Cgroup(Mechanism):
         self._base = base
         self._dirs: dict[int, str] = {}
         self._oom_base: dict[int, int] = {}
+        self._limits: dict[int, int | None] = {}  # the limit each worker's cgroup has now
         self._doomed: list[str] = []
         self._count = 0
 
@@ -237,7 +238,9 @@ class _Cgroup(Mechanism):
         if path is None:
             return False
         try:
-            self._set_limit(path, limit)
+            if self._limits.get(pid, -1) != limit:  # a reused worker often keeps its limit
+                self._set_limit(path, limit)
+                self._limits[pid] = limit
             self._reset_peak(pid, path)
         except OSError as exc:  # e.g. EBUSY: the worker already holds more than `limit`
             logger.warning("could not set memory limit %s on %s (%s)", limit, path, exc)
@@ -260,6 +263,7 @@ class _Cgroup(Mechanism):
     def detach(self, pid: int) -> None:
         path = self._dirs.pop(pid, None)
         self._oom_base.pop(pid, None)
+        self._limits.pop(pid, None)
         if path is not None:
             self._doomed.append(path)
 
