@@ -32,6 +32,7 @@ check: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/overhead.py
 	$(BIN)/python benchmarks/store_scaling.py
+	$(BIN)/python benchmarks/chaos_resume.py
 
 bench-scale: $(STAMP)
 	$(BIN)/python benchmarks/scale.py
