@@ -282,24 +282,6 @@ def _child_run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     window = args.window or window_for(args.trials)
     probe = Probe(marks(args.trials, window))
 
-    class ProbeCallback(tune.Callback):
-        def setup(self, stop: Any = None, num_samples: int | None = None, **info: Any) -> None:
-            probe.start()
-
-        def on_trial_start(self, iteration: int, trials: Any, trial: Any, **info: Any) -> None:
-            probe.event()
-
-        def on_trial_result(
-            self, iteration: int, trials: Any, trial: Any, result: Any, **info: Any
-        ) -> None:
-            probe.event()
-
-        def on_trial_complete(self, iteration: int, trials: Any, trial: Any, **info: Any) -> None:
-            probe.trial_done()
-
-        def on_trial_error(self, iteration: int, trials: Any, trial: Any, **info: Any) -> None:
-            probe.trial_done()
-
     t_setup = time.perf_counter()
     tuner = tune.Tuner(
         _trainable(tune, args.concurrency),
@@ -314,7 +296,7 @@ def _child_run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             name="scale",
             storage_path=str(workdir / "storage"),
             verbose=0,
-            callbacks=[ProbeCallback()],
+            callbacks=[probe_callback(tune.Callback, probe)],
         ),
     )
     results = tuner.fit()
@@ -569,6 +551,30 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def _log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
+
+
+def probe_callback(base: type, probe: Any) -> Any:
+    """A callback (of tunefleet's or Ray Tune's `Callback` class) that feeds `probe`."""
+
+    class ProbeCallback(base):  # type: ignore[misc, valid-type]
+        def setup(self, stop: Any = None, num_samples: Any = None, **info: Any) -> None:
+            probe.start()
+
+        def on_trial_start(self, iteration: int, trials: Any, trial: Any, **info: Any) -> None:
+            probe.event()
+
+        def on_trial_result(
+            self, iteration: int, trials: Any, trial: Any, result: Any, **info: Any
+        ) -> None:
+            probe.event()
+
+        def on_trial_complete(self, iteration: int, trials: Any, trial: Any, **info: Any) -> None:
+            probe.trial_done()
+
+        def on_trial_error(self, iteration: int, trials: Any, trial: Any, **info: Any) -> None:
+            probe.trial_done()
+
+    return ProbeCallback()
 
 
 def main(argv: list[str] | None = None) -> int:

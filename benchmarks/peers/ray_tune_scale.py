@@ -40,6 +40,7 @@ from scale import (
     count_results,
     marks,
     peak_rss_mb,
+    probe_callback,
     rerun_count,
     scale_figures,
     state_sizes,
@@ -74,24 +75,6 @@ def run(args: argparse.Namespace, workdir: Path, ray_tmp: str) -> dict[str, Any]
     window = args.window or window_for(args.trials)
     probe = Probe(marks(args.trials, window))
 
-    class ProbeCallback(tune.Callback):
-        def setup(self, stop: Any = None, num_samples: Any = None, **info: Any) -> None:
-            probe.start()
-
-        def on_trial_start(self, iteration: int, trials: Any, trial: Any, **info: Any) -> None:
-            probe.event()
-
-        def on_trial_result(
-            self, iteration: int, trials: Any, trial: Any, result: Any, **info: Any
-        ) -> None:
-            probe.event()
-
-        def on_trial_complete(self, iteration: int, trials: Any, trial: Any, **info: Any) -> None:
-            probe.trial_done()
-
-        def on_trial_error(self, iteration: int, trials: Any, trial: Any, **info: Any) -> None:
-            probe.trial_done()
-
     t_setup = time.perf_counter()
     ray.init(num_cpus=args.concurrency, include_dashboard=False, _temp_dir=ray_tmp)
     tuner = tune.Tuner(
@@ -108,7 +91,7 @@ def run(args: argparse.Namespace, workdir: Path, ray_tmp: str) -> dict[str, Any]
             name="scale",
             storage_path=str(workdir / "storage"),
             verbose=0,
-            callbacks=[ProbeCallback()],
+            callbacks=[probe_callback(tune.Callback, probe)],
         ),
     )
     results = tuner.fit()
