@@ -27,9 +27,10 @@ from tunefleet.checkpoint import (
     CheckpointKeeper,
     delete_checkpoints,
     latest_valid,
+    persist_checkpoint,
     remove_temporaries,
 )
-from tunefleet.schedulers._base import Decision, TrialScheduler
+from tunefleet.schedulers._base import Decision, Exploit, TrialScheduler
 from tunefleet.search._base import FINISHED, Searcher
 from tunefleet.trial import FailureKind, FailureRecord, Trial, TrialStatus
 
@@ -116,6 +117,8 @@ class Controller:
         self._worst: float | None = None  # worst finite metric value seen (nan_policy)
         self._to_delete: list[str] = []  # checkpoints to delete after the next commit
         self._committed = 0.0  # time.monotonic() of the last commit
+        self._exploits: dict[str, Exploit] = {}  # decided, carried out when the trial pauses
+        self._restore_from: dict[str, str] = {}  # exploited trials: resume from this copy
         if trials:  # resumed: retention knows what each trial kept
             for trial_id, path, result in store.kept_checkpoints():
                 self._to_delete.extend(keeper.add(trial_id, path, result))
@@ -280,6 +283,9 @@ class Controller:
 
     def _restart_point(self, trial: Trial) -> None:
         """Before a trial runs again: its newest valid checkpoint, results rewound to it."""
+        if trial.trial_id in self._restore_from:  # exploited: the copied checkpoint, as is
+            trial.latest_checkpoint = self._restore_from.pop(trial.trial_id)
+            return
         kept = self.store.checkpoints_of(trial.trial_id)
         if trial.trial_id in self.spec.restart_from_scratch:
             self.spec.restart_from_scratch.discard(trial.trial_id)
@@ -351,9 +357,7 @@ class Controller:
             return
         if seen is not None:
             self.searcher.on_trial_result(trial.trial_id, seen)
-            decision = self.scheduler.on_trial_result(trial, seen)
-            if decision is not Decision.CONTINUE:
-                trial.stop_reason = f"scheduler ({type(self.scheduler).__name__})"
+            decision = self._scheduler_decision(trial, seen)
         if (
             decision is Decision.CONTINUE
             and self.stopper is not None
@@ -375,6 +379,56 @@ class Controller:
         elif decision is not Decision.CONTINUE:
             self.backend.stop_trial(trial.trial_id, trial.epoch)
         self.store.update_trial(trial)
+
+    def _scheduler_decision(self, trial: Trial, result: dict[str, Any]) -> Decision:
+        """The scheduler's decision; an `Exploit` becomes a PAUSE, carried out on pause."""
+        decision = self.scheduler.on_trial_result(trial, result)
+        if isinstance(decision, Exploit):
+            source = self.trials.get(decision.source_trial_id)
+            if source is None or source.latest_checkpoint is None or source is trial:
+                logger.warning(
+                    "Trial %s: %s asked to exploit trial %s, which has no checkpoint; "
+                    "it continues unchanged",
+                    trial.trial_id,
+                    type(self.scheduler).__name__,
+                    decision.source_trial_id,
+                )
+                return Decision.CONTINUE
+            self._exploits[trial.trial_id] = decision
+            decision = Decision.PAUSE
+        if decision is not Decision.CONTINUE:
+            trial.stop_reason = f"scheduler ({type(self.scheduler).__name__})"
+        return decision
+
+    def _exploit(self, trial: Trial, exploit: Exploit) -> None:
+        """Give the paused trial a copy of the source's checkpoint and the new config."""
+        source = self.trials[exploit.source_trial_id]
+        assert source.latest_checkpoint is not None
+        copied = persist_checkpoint(
+            source.latest_checkpoint, trial.path, source.checkpoint_iteration
+        )
+        result = dict(source.last_result or {})
+        self.store.add_event(
+            trial.trial_id,
+            "exploit",
+            {
+                "source": source.trial_id,
+                "source_checkpoint": source.latest_checkpoint,
+                "iteration": source.checkpoint_iteration,
+                "at_iteration": trial.iteration,
+                "old_config": trial.config,
+                "new_config": exploit.new_config,
+            },
+        )
+        trial.config = exploit.new_config
+        trial.latest_checkpoint = copied
+        trial.checkpoint_iteration = source.checkpoint_iteration
+        trial.checkpoint_time_total = source.checkpoint_time_total
+        self.store.add_checkpoint(trial.trial_id, source.checkpoint_iteration, copied, result)
+        for dropped in self.keeper.add(trial.trial_id, copied, result):
+            self.store.mark_checkpoint_deleted(dropped)
+            self._to_delete.append(dropped)
+        self._restore_from[trial.trial_id] = copied
 
     def _for_algorithms(self, trial: Trial, result: dict[str, Any]) -> Any:
         """The result as searchers and schedulers see it: never with a NaN metric.
@@ -451,6 +505,9 @@ class Controller:
         self.running.pop(trial.trial_id)
         self.stopping.discard(trial.trial_id)
         if event.how == "paused" or trial.stop_reason == "interrupted":
+            exploit = self._exploits.pop(trial.trial_id, None)
+            if exploit is not None and event.how == "paused":
+                self._exploit(trial, exploit)
             self.waiting[trial.trial_id] = trial
             self._set_status(trial, TrialStatus.PAUSED)
             return

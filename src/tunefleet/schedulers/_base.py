@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from tunefleet.trial import Trial, TrialStatus
@@ -19,6 +20,22 @@ class Decision(str, enum.Enum):
     CONTINUE = "CONTINUE"
     PAUSE = "PAUSE"  # checkpoint, then free the slot; may be resumed later
     STOP = "STOP"  # end the trial on purpose (TERMINATED)
+
+
+@dataclass(frozen=True)
+class Exploit:
+    """PBT's decision: pause the trial, then restart it from another trial's checkpoint.
+
+    The controller copies `source_trial_id`'s latest checkpoint into this trial's
+    directory, sets its config to `new_config`, records the step in the trial's
+    lineage (an "exploit" event), and runs it again when the scheduler picks it.
+    """
+
+    source_trial_id: str
+    new_config: dict[str, Any] = field(default_factory=dict)
+
+
+SchedulerDecision = Decision | Exploit
 
 
 class TrialScheduler:
@@ -53,8 +70,8 @@ class TrialScheduler:
     def on_trial_add(self, trial: Trial) -> None:
         """A new trial was created."""
 
-    def on_trial_result(self, trial: Trial, result: dict[str, Any]) -> Decision:
-        """A result arrived; the metric in it is finite."""
+    def on_trial_result(self, trial: Trial, result: dict[str, Any]) -> SchedulerDecision:
+        """A result arrived; the metric in it is finite. PBT-like schedulers may exploit."""
         return Decision.CONTINUE
 
     def on_trial_complete(self, trial: Trial, result: dict[str, Any] | None) -> None:

@@ -118,22 +118,24 @@ class StoreReader:
 
     # -- results and checkpoints --------------------------------------------------------
     def results(self, trial_id: str) -> list[dict[str, Any]]:
-        """Every result the trial reported, by training iteration.
+        """Every result the trial reported, in the order reported.
+
+        Iterations repeat only after a PBT exploit (the trial continues from the
+        source's checkpoint); a retried or resumed trial's repeated iterations are
+        rewound, so they appear once.
 
         Raises:
             KeyError: no such trial.
         """
-        rows = self._rows(
-            "SELECT data FROM results WHERE trial_id = ? ORDER BY iteration, rowid", (trial_id,)
-        )
+        rows = self._rows("SELECT data FROM results WHERE trial_id = ? ORDER BY rowid", (trial_id,))
         if not rows:
             self._require(trial_id)
         return [decode(r[0]) for r in rows]
 
     def all_results(self) -> dict[str, list[dict[str, Any]]]:
-        """Results of every trial (trial id -> results by iteration), in trial order."""
+        """Results of every trial (trial id -> results in the order reported), in trial order."""
         out: dict[str, list[dict[str, Any]]] = {tid: [] for tid in self.trial_ids()}
-        rows = self._rows("SELECT trial_id, data FROM results ORDER BY trial_id, iteration, rowid")
+        rows = self._rows("SELECT trial_id, data FROM results ORDER BY trial_id, rowid")
         for trial_id, data in rows:
             out.setdefault(trial_id, []).append(decode(data))
         return out
