@@ -9,6 +9,7 @@ from typing import Any
 from tunefleet import __version__
 from tunefleet._progress import StatusReporter, warnings_shown
 from tunefleet._resume import ResumeState, run_config_json, stop_kind, tune_config_json
+from tunefleet.backends import Backend
 from tunefleet.backends.local import LocalBackend
 from tunefleet.checkpoint import CheckpointKeeper
 from tunefleet.config import RunConfig, TuneConfig
@@ -16,7 +17,7 @@ from tunefleet.controller import Controller, ExperimentSpec
 from tunefleet.resources import normalize_resources
 from tunefleet.schedulers import FIFOScheduler, TrialScheduler
 from tunefleet.search import BasicVariantGenerator, Searcher
-from tunefleet.trainable import trainable_name
+from tunefleet.trainable import trainable_name, unwrap
 from tunefleet.tuner import experiment_dir, new_id_prefix, resources_of
 
 
@@ -68,7 +69,16 @@ def _run(
 
 def _backend(
     trainable: Any, name: str, path: str, tune_config: TuneConfig, run_config: RunConfig
-) -> LocalBackend:
+) -> Backend:
+    from tunefleet.backends.simulated import SimulatedBackend, is_simulated
+
+    if is_simulated(trainable):
+        return SimulatedBackend(
+            unwrap(trainable)[0],
+            resources=resources_of(trainable),
+            time_budget_s=tune_config.time_budget_s,
+            stop=run_config.stop,
+        )
     totals = None
     if run_config.resources is not None:
         given = normalize_resources(run_config.resources, "RunConfig.resources")
@@ -146,7 +156,7 @@ def _spec(
     path: str,
     prefix: str,
     trainable: Any,
-    backend: LocalBackend,
+    backend: Backend,
     tune_config: TuneConfig,
     run_config: RunConfig,
     resume: ResumeState | None,
@@ -182,7 +192,7 @@ def _spec(
 
 def _drive(
     spec: ExperimentSpec,
-    backend: LocalBackend,
+    backend: Backend,
     store: Any,
     searcher: Searcher,
     scheduler: TrialScheduler,
@@ -205,6 +215,7 @@ def _drive(
         callbacks=list(run_config.callbacks or []),
         reporter=reporter,
         trials=resume.trials if resume else None,
+        clock=getattr(backend, "clock", time.monotonic),  # the simulated backend's is virtual
     )
     status = "failed"
     try:
