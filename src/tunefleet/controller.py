@@ -199,6 +199,8 @@ class Controller:
             if chosen is not None:
                 return chosen
         if self.search_done:
+            if ready and not self.running and len(ready) == len(self.waiting):
+                self._end_unwanted(ready)  # else the run would wait for them forever
             return None
         limit = self.spec.num_samples
         if not self.searcher.self_limiting and limit != -1 and len(self.trials) >= limit:
@@ -240,6 +242,18 @@ class Controller:
         self.store.add_trial(trial)
         self.scheduler.on_trial_add(trial)
         return trial
+
+    def _end_unwanted(self, trials: list[Trial]) -> None:
+        """The search is over and the scheduler resumes none of these: they end here."""
+        for trial in trials:
+            self.waiting.pop(trial.trial_id, None)
+            trial.stop_reason = "not resumed by the scheduler"
+            trial.ended_at = time.time()
+            self._set_status(trial, TrialStatus.TERMINATED)
+            self.scheduler.on_trial_remove(trial)
+            self.searcher.on_trial_complete(trial.trial_id, self._clean(trial.last_result))
+            for cb in self.callbacks:
+                cb.on_trial_complete(self.iteration, list(self.trials.values()), trial)
 
     def _launch(self, trial: Trial) -> None:
         resumed = trial.epoch > 0  # ran before: a retry, a resume, or after a pause

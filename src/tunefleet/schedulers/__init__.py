@@ -1,14 +1,22 @@
 """Trial schedulers: decide whether trials continue, pause or stop."""
 
+from tunefleet.schedulers._asha import ASHAScheduler, AsyncHyperBandScheduler
 from tunefleet.schedulers._base import Decision, Exploit, TrialScheduler
 from tunefleet.schedulers._fifo import FIFOScheduler
+from tunefleet.schedulers._hyperband import HyperBandForBOHB, HyperBandScheduler
 from tunefleet.schedulers._lineage import pbt_schedule
+from tunefleet.schedulers._median import MedianStoppingRule
 from tunefleet.schedulers._pbt import PopulationBasedTraining
 
 __all__ = [
+    "ASHAScheduler",
+    "AsyncHyperBandScheduler",
     "Decision",
     "Exploit",
     "FIFOScheduler",
+    "HyperBandForBOHB",
+    "HyperBandScheduler",
+    "MedianStoppingRule",
     "PopulationBasedTraining",
     "TrialScheduler",
     "pbt_schedule",

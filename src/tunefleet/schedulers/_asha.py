@@ -1,0 +1,275 @@
+"""Asynchronous successive halving (ASHA), stopping and promotion forms.
+
+Rungs sit at ``grace_period * reduction_factor**k`` (plus the bracket offset).
+Stopping form (Ray Tune's): a trial reaching a rung continues only if its value is
+at least the ``1 - 1/reduction_factor`` quantile of the values recorded there so
+far, else it stops. Promotion form (the ASHA paper's, ``promotion=True``): a trial
+reaching a rung pauses; ``choose_trial_to_run`` resumes a paused trial when it is
+in the top ``1/reduction_factor`` of its rung, else lets a new trial start.
+Values are stored as "higher is better" (the direction is applied once).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+from typing import Any
+
+from tunefleet.schedulers._base import Decision, TrialScheduler
+from tunefleet.schedulers._common import (
+    Starvation,
+    check_positive,
+    check_time_attr,
+    direction,
+    first_pending,
+    result_time,
+    score,
+)
+from tunefleet.trial import Trial, TrialStatus
+
+
+def _quantile(values: list[float], q: float) -> float:
+    """Linear-interpolated quantile (numpy's default), q in [0, 1]."""
+    ordered = sorted(values)
+    pos = q * (len(ordered) - 1)
+    low = math.floor(pos)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
+
+
+class AsyncHyperBandScheduler(TrialScheduler):
+    """ASHA (Li et al. 2020) with Ray Tune's arguments and defaults.
+
+    Args:
+        time_attr: the result key that measures progress (monotonically increasing).
+        metric, mode: what to optimise; taken from `TuneConfig` when None.
+        max_t: no trial runs past this `time_attr` (it is stopped there).
+        grace_period: the first rung; no trial is stopped before it.
+        reduction_factor: eta; about 1/eta of the trials continue at each rung.
+        brackets: number of brackets (each offsets its first rung by a power of eta);
+            a trial joins one at random (softmax over their rung counts, as Ray).
+        stop_last_trials: stop trials at `max_t` (False lets them run on).
+        promotion: the paper's promotion form: pause at rungs, resume the top 1/eta.
+        seed: seed of the generator that assigns trials to brackets.
+
+    Example:
+        >>> sched = ASHAScheduler(metric="loss", mode="min", max_t=27, reduction_factor=3)
+    """
+
+    def __init__(
+        self,
+        *,
+        time_attr: str = "training_iteration",
+        metric: str | None = None,
+        mode: str | None = None,
+        max_t: float = 100,
+        grace_period: float = 1,
+        reduction_factor: float = 4,
+        brackets: int = 1,
+        stop_last_trials: bool = True,
+        promotion: bool = False,
+        seed: int | None = 0,
+    ) -> None:
+        super().__init__(metric=metric, mode=mode)
+        name = type(self).__name__
+        check_time_attr(name, time_attr)
+        check_positive(name, "max_t", max_t)
+        check_positive(name, "grace_period", grace_period)
+        check_positive(name, "brackets", brackets, integer=True)
+        check_positive(name, "reduction_factor", reduction_factor)
+        if reduction_factor <= 1:
+            raise ValueError(f"{name}: reduction_factor={reduction_factor!r} must be > 1")
+        if grace_period > max_t:
+            raise ValueError(f"{name}: grace_period={grace_period!r} must be <= max_t={max_t!r}")
+        self.time_attr = time_attr
+        self.max_t = max_t
+        self.grace_period = grace_period
+        self.reduction_factor = reduction_factor
+        self.stop_last_trials = stop_last_trials
+        self.promotion = promotion
+        self.needs_sync_decisions = promotion
+        self._rng = random.Random(seed)
+        self._milestones: list[list[float]] = []
+        for s in range(brackets):
+            ms, m = [], grace_period * reduction_factor**s
+            # the promotion form has no rung at max_t: a trial there is done
+            while m < max_t or (m == max_t and not promotion):
+                ms.append(m)
+                m *= reduction_factor
+            self._milestones.append(ms)
+        self._rungs: list[list[dict[str, float]]] = [[{} for _ in ms] for ms in self._milestones]
+        self._promoted: list[list[list[str]]] = [[[] for _ in ms] for ms in self._milestones]
+        self._bracket: dict[str, int] = {}
+        self._level: dict[str, int] = {}  # promotion: rungs passed
+        self._paused_at: dict[str, int] = {}  # promotion: waiting at this rung
+        self._starve = Starvation()
+
+    # -- events --------------------------------------------------------------------------
+    def on_trial_add(self, trial: Trial) -> None:
+        self._sign()
+        self._starve.added(trial.trial_id)
+        self._join(trial.trial_id)
+
+    def _join(self, trial_id: str) -> int:
+        if trial_id not in self._bracket:
+            sizes = [len(ms) for ms in self._milestones]
+            weights = [math.exp(s - max(sizes)) for s in sizes]
+            pick, acc = self._rng.random() * sum(weights), 0.0
+            index = len(weights) - 1
+            for i, w in enumerate(weights):
+                acc += w
+                if pick < acc:
+                    index = i
+                    break
+            self._bracket[trial_id] = index
+            self._level[trial_id] = 0
+        return self._bracket[trial_id]
+
+    def on_trial_result(self, trial: Trial, result: dict[str, Any]) -> Decision:
+        return self._starve.decided(trial.trial_id, self._result(trial, result))
+
+    def _result(self, trial: Trial, result: dict[str, Any]) -> Decision:
+        sign = self._sign()
+        t = result_time(result, self.time_attr)
+        if t is None:
+            return Decision.CONTINUE
+        assert self.metric is not None
+        value = score(result, self.metric, sign)
+        b = self._join(trial.trial_id)
+        if self.promotion:
+            decision = self._promotion_result(trial.trial_id, b, t, value)
+        else:
+            decision = self._stopping_result(trial.trial_id, b, t, value)
+        if self.stop_last_trials and t >= self.max_t:
+            return Decision.STOP
+        return decision
+
+    def _stopping_result(self, trial_id: str, b: int, t: float, value: float) -> Decision:
+        for k in reversed(range(len(self._milestones[b]))):
+            if t < self._milestones[b][k]:
+                continue
+            recorded = self._rungs[b][k]
+            if trial_id in recorded:
+                break  # decided at this rung already
+            cutoff = None
+            if recorded:
+                cutoff = _quantile(list(recorded.values()), 1 - 1 / self.reduction_factor)
+            recorded[trial_id] = value
+            if cutoff is not None and value < cutoff:
+                return Decision.STOP
+            break
+        return Decision.CONTINUE
+
+    def _promotion_result(self, trial_id: str, b: int, t: float, value: float) -> Decision:
+        if trial_id in self._paused_at:
+            return Decision.STOP  # resumed without a promotion: the experiment's end
+        ms = self._milestones[b]
+        while self._level[trial_id] < len(ms) and t >= ms[self._level[trial_id]]:
+            k = self._level[trial_id]
+            self._rungs[b][k][trial_id] = value
+            if not self._promotable(b, k, trial_id, relaxed=False):
+                self._paused_at[trial_id] = k
+                return Decision.PAUSE
+            self._promote(b, k, trial_id)  # in the top already: no pause needed
+        return Decision.CONTINUE
+
+    def _promotable(self, b: int, k: int, trial_id: str, *, relaxed: bool) -> bool:
+        rung = self._rungs[b][k]
+        if trial_id not in rung or trial_id in self._promoted[b][k]:
+            return False
+        n = len(rung) / self.reduction_factor
+        top = sorted(rung, key=lambda i: -rung[i])[: math.ceil(n) if relaxed else math.floor(n)]
+        return trial_id in top
+
+    def _promote(self, b: int, k: int, trial_id: str) -> None:
+        self._promoted[b][k].append(trial_id)
+        self._level[trial_id] = k + 1
+        self._paused_at.pop(trial_id, None)
+
+    def on_trial_complete(self, trial: Trial, result: dict[str, Any] | None) -> None:
+        self._starve.ended(trial.trial_id)
+        self._paused_at.pop(trial.trial_id, None)
+
+    def on_trial_error(self, trial: Trial) -> None:
+        self._starve.ended(trial.trial_id)
+        self._leave(trial.trial_id)
+
+    def on_trial_remove(self, trial: Trial) -> None:
+        self._starve.ended(trial.trial_id)
+        self._leave(trial.trial_id)
+
+    def _leave(self, trial_id: str) -> None:
+        self._paused_at.pop(trial_id, None)
+        if self.promotion:  # a gone trial must not take a promotion slot
+            for rungs in self._rungs:
+                for rung in rungs:
+                    rung.pop(trial_id, None)
+
+    # -- which trial runs next -------------------------------------------------------------
+    def choose_trial_to_run(self, candidates: Sequence[Trial]) -> Trial | None:
+        return self._starve.started(self._choose(candidates))
+
+    def _choose(self, candidates: Sequence[Trial]) -> Trial | None:
+        if not self.promotion:
+            self._starve.check(candidates)
+            return TrialScheduler.choose_trial_to_run(self, candidates)
+        starved = self._starve.check(candidates)
+        paused = {t.trial_id: t for t in candidates if t.status is TrialStatus.PAUSED}
+        chosen = self._best_promotable(paused, relaxed=False)
+        if chosen is not None:
+            return chosen
+        for trial_id, trial in paused.items():
+            if trial_id not in self._paused_at:  # interrupted between rungs (Ctrl-C)
+                return trial
+        pending = first_pending(candidates)
+        if pending is not None or not starved:
+            return pending
+        # No new trials will come: promote at least one per rung, then let the rest
+        # run once more so they are stopped (the controller cannot end paused trials).
+        chosen = self._best_promotable(paused, relaxed=True)
+        if chosen is not None:
+            return chosen
+        return None if self._starve.running else next(iter(paused.values()), None)
+
+    def _best_promotable(self, paused: dict[str, Trial], *, relaxed: bool) -> Trial | None:
+        for b, rungs in enumerate(self._rungs):
+            for k in reversed(range(len(rungs))):
+                waiting = [i for i in rungs[k] if self._paused_at.get(i) == k and i in paused]
+                for trial_id in sorted(waiting, key=lambda i: -rungs[k][i]):
+                    if self._promotable(b, k, trial_id, relaxed=relaxed):
+                        self._promote(b, k, trial_id)
+                        return paused[trial_id]
+        return None
+
+    # -- state -----------------------------------------------------------------------------
+    def _sign(self) -> float:
+        return direction(type(self).__name__, self.metric, self.mode)
+
+    def get_state(self) -> dict[str, Any]:
+        version, internal, gauss = self._rng.getstate()
+        return {
+            "metric": self.metric,
+            "mode": self.mode,
+            "rungs": self._rungs,
+            "promoted": self._promoted,
+            "bracket": self._bracket,
+            "level": self._level,
+            "paused_at": self._paused_at,
+            "starvation": self._starve.get_state(),
+            "rng": [version, list(internal), gauss],
+        }
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        self.metric, self.mode = state["metric"], state["mode"]
+        self._rungs = [[dict(r) for r in rungs] for rungs in state["rungs"]]
+        self._promoted = [[list(p) for p in ps] for ps in state["promoted"]]
+        self._bracket = dict(state["bracket"])
+        self._level = dict(state["level"])
+        self._paused_at = dict(state["paused_at"])
+        self._starve.set_state(state["starvation"])
+        version, internal, gauss = state["rng"]
+        self._rng.setstate((version, tuple(internal), gauss))
+
+
+ASHAScheduler = AsyncHyperBandScheduler

@@ -1,0 +1,156 @@
+"""The median stopping rule (Golovin et al. 2017, Google Vizier)."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from typing import Any
+
+from tunefleet.schedulers._base import Decision, TrialScheduler
+from tunefleet.schedulers._common import (
+    Starvation,
+    check_positive,
+    check_time_attr,
+    direction,
+    result_time,
+    score,
+)
+from tunefleet.trial import Trial
+
+
+class MedianStoppingRule(TrialScheduler):
+    """Stop a trial whose best result is worse than the median of the others' averages.
+
+    At time t (past `grace_period`), the other trials that reached t each give the
+    mean of their results between `grace_period` and t; if the trial's best result so
+    far is worse than the median of those means (with at least `min_samples_required`
+    of them), it is stopped (`hard_stop=True`) or paused (`hard_stop=False`).
+
+    Args:
+        time_attr: the result key that measures progress.
+        metric, mode: what to optimise; taken from `TuneConfig` when None.
+        grace_period: no trial is judged before this `time_attr`.
+        min_samples_required: other trials needed before anyone is judged.
+        min_time_slice: when > 0 and too few samples exist, a trial that ran this
+            long since it last started yields its slot to a waiting trial (PAUSE).
+        hard_stop: STOP the poor trials; False PAUSEs them (they are resumed only
+            when nothing else waits).
+    """
+
+    def __init__(
+        self,
+        *,
+        time_attr: str = "time_total_s",
+        metric: str | None = None,
+        mode: str | None = None,
+        grace_period: float = 60.0,
+        min_samples_required: int = 3,
+        min_time_slice: float = 0,
+        hard_stop: bool = True,
+    ) -> None:
+        super().__init__(metric=metric, mode=mode)
+        name = type(self).__name__
+        check_time_attr(name, time_attr)
+        check_positive(name, "min_samples_required", min_samples_required, integer=True)
+        for arg, value in (("grace_period", grace_period), ("min_time_slice", min_time_slice)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise ValueError(f"{name}: {arg}={value!r} is not valid: it must be a number >= 0")
+        self.time_attr = time_attr
+        self.grace_period = grace_period
+        self.min_samples_required = min_samples_required
+        self.min_time_slice = min_time_slice
+        self.hard_stop = hard_stop
+        self.needs_sync_decisions = not hard_stop or min_time_slice > 0
+        self._results: dict[str, list[list[float]]] = {}  # trial -> [[t, value], ...]
+        self._stopped: list[str] = []  # paused as poor (hard_stop=False)
+        self._last_start: dict[str, float] = {}  # t at which the trial last (re)started
+        self._gone: list[str] = []  # errored: not compared against
+        self._starve = Starvation()
+
+    def on_trial_add(self, trial: Trial) -> None:
+        self._sign()
+        self._starve.added(trial.trial_id)
+
+    def on_trial_result(self, trial: Trial, result: dict[str, Any]) -> Decision:
+        return self._starve.decided(trial.trial_id, self._result(trial, result))
+
+    def _result(self, trial: Trial, result: dict[str, Any]) -> Decision:
+        sign = self._sign()
+        t = result_time(result, self.time_attr)
+        if t is None:
+            return Decision.CONTINUE
+        assert self.metric is not None
+        tid = trial.trial_id
+        history = self._results.setdefault(tid, [])
+        if tid not in self._last_start or (history and t <= history[-1][0]):
+            self._last_start[tid] = t  # first result, or restarted from a checkpoint
+        history.append([t, score(result, self.metric, sign)])
+        if tid in self._stopped:
+            return Decision.CONTINUE  # resumed after a soft stop: run on (as Ray)
+        if t < self.grace_period:
+            return Decision.CONTINUE
+        gone = {tid, *self._gone}
+        others = [i for i, h in self._results.items() if i not in gone and h[-1][0] >= t]
+        if len(others) < self.min_samples_required:
+            return self._insufficient(tid, t)
+        median = statistics.median(self._running_mean(i, t) for i in others)
+        best = max(v for _, v in history)
+        if best < median:
+            if self.hard_stop:
+                return Decision.STOP
+            self._stopped.append(tid)
+            return Decision.PAUSE
+        return Decision.CONTINUE
+
+    def _insufficient(self, tid: str, t: float) -> Decision:
+        if self.min_time_slice <= 0 or t - self._last_start[tid] < self.min_time_slice:
+            return Decision.CONTINUE
+        return Decision.PAUSE if self._starve.waiting else Decision.CONTINUE
+
+    def _running_mean(self, tid: str, t: float) -> float:
+        scoped = [v for time, v in self._results[tid] if self.grace_period <= time <= t]
+        return statistics.fmean(scoped) if scoped else float("-inf")
+
+    def on_trial_error(self, trial: Trial) -> None:
+        self._starve.ended(trial.trial_id)
+        if trial.trial_id not in self._gone:
+            self._gone.append(trial.trial_id)
+
+    def choose_trial_to_run(self, candidates: Sequence[Trial]) -> Trial | None:
+        return self._starve.started(self._choose(candidates))
+
+    def _choose(self, candidates: Sequence[Trial]) -> Trial | None:
+        starved = self._starve.check(candidates)
+        fresh = [t for t in candidates if t.trial_id not in self._stopped]
+        chosen = TrialScheduler.choose_trial_to_run(self, fresh)
+        if chosen is None and starved:  # soft-stopped trials run only when nothing else can
+            return TrialScheduler.choose_trial_to_run(self, candidates)
+        return chosen
+
+    def on_trial_complete(self, trial: Trial, result: dict[str, Any] | None) -> None:
+        self._starve.ended(trial.trial_id)
+
+    def on_trial_remove(self, trial: Trial) -> None:
+        self._starve.ended(trial.trial_id)
+
+    def _sign(self) -> float:
+        return direction(type(self).__name__, self.metric, self.mode)
+
+    def get_state(self) -> dict[str, Any]:
+        return {
+            "metric": self.metric,
+            "mode": self.mode,
+            "results": self._results,
+            "stopped": self._stopped,
+            "last_start": self._last_start,
+            "gone": self._gone,
+            "starvation": self._starve.get_state(),
+        }
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        self.metric, self.mode = state["metric"], state["mode"]
+        self._results = {k: [list(p) for p in v] for k, v in state["results"].items()}
+        self._stopped = list(state["stopped"])
+        self._last_start = dict(state["last_start"])
+        self._gone = list(state["gone"])
+        self._starve.set_state(state["starvation"])
