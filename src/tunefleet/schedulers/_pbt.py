@@ -10,6 +10,7 @@ schedule back from the store (e.g. its learning rate over time).
 
 from __future__ import annotations
 
+import bisect
 import math
 import random
 from collections.abc import Callable, Mapping
@@ -94,6 +95,7 @@ class PopulationBasedTraining(TrialScheduler):
         self._seed = random.Random(seed).getrandbits(64)
         self._draws = 0  # decisions drawn so far: the generator is (seed, draws)
         self._scores: dict[str, float] = {}  # trial -> latest score, higher is better
+        self._ranked: list[tuple[float, str]] = []  # (score, trial), kept sorted
         self._last_perturbation: dict[str, float] = {}
         self._configs: dict[str, dict[str, Any]] = {}  # the configs exploits copy from
 
@@ -114,27 +116,40 @@ class PopulationBasedTraining(TrialScheduler):
         assert self.metric is not None
         now = float(result[self.time_attr])
         sign = 1.0 if self.mode == "max" else -1.0
-        self._scores[trial.trial_id] = sign * float(result[self.metric])
+        self._set_score(trial.trial_id, sign * float(result[self.metric]))
         last = self._last_perturbation.get(trial.trial_id, 0.0)
         if now < self.burn_in or now - last < self.interval:
             return Decision.CONTINUE
         self._last_perturbation[trial.trial_id] = now
-        bottom, top = self._quantiles()
-        if trial.trial_id not in bottom or not top:
+        top = self._top_if_bottom(trial.trial_id)
+        if not top:
             return Decision.CONTINUE
         rng = self._rng()
-        source = rng.choice(sorted(top))
+        source = rng.choice(top)
         return Exploit(source, self.explore(self._configs.get(source, {}), rng))
 
     def on_trial_add(self, trial: Trial) -> None:
         self._configs[trial.trial_id] = trial.config
 
-    def _quantiles(self) -> tuple[set[str], set[str]]:
-        ranked = sorted(self._scores, key=lambda t: (self._scores[t], t))
-        if len(ranked) < 2:
-            return set(), set()
-        size = min(math.ceil(len(ranked) * self.quantile), len(ranked) // 2)
-        return set(ranked[:size]), set(ranked[-size:])
+    def _set_score(self, trial_id: str, score: float) -> None:
+        """Keep `_ranked` sorted as scores change: O(log n) search, no re-sort."""
+        self._drop_score(trial_id)
+        self._scores[trial_id] = score
+        bisect.insort(self._ranked, (score, trial_id))
+
+    def _drop_score(self, trial_id: str) -> None:
+        old = self._scores.pop(trial_id, None)
+        if old is not None:
+            del self._ranked[bisect.bisect_left(self._ranked, (old, trial_id))]
+
+    def _top_if_bottom(self, trial_id: str) -> list[str]:
+        """The top quantile's trials if `trial_id` is in the bottom quantile, else []."""
+        n = len(self._ranked)
+        size = min(math.ceil(n * self.quantile), n // 2)
+        rank = bisect.bisect_left(self._ranked, (self._scores[trial_id], trial_id))
+        if size == 0 or rank >= size:
+            return []
+        return [tid for _, tid in self._ranked[n - size :]]
 
     def _rng(self) -> random.Random:
         self._draws += 1
@@ -149,13 +164,13 @@ class PopulationBasedTraining(TrialScheduler):
         return new
 
     def on_trial_complete(self, trial: Trial, result: dict[str, Any] | None) -> None:
-        self._scores.pop(trial.trial_id, None)
+        self._drop_score(trial.trial_id)
 
     def on_trial_error(self, trial: Trial) -> None:
-        self._scores.pop(trial.trial_id, None)
+        self._drop_score(trial.trial_id)
 
     def on_trial_remove(self, trial: Trial) -> None:
-        self._scores.pop(trial.trial_id, None)
+        self._drop_score(trial.trial_id)
 
     # -- state -----------------------------------------------------------------------------
     def get_state(self) -> dict[str, Any]:
@@ -173,6 +188,7 @@ class PopulationBasedTraining(TrialScheduler):
             raise ValueError(f"PopulationBasedTraining state version {state.get('version')!r}")
         self._seed, self._draws = int(state["seed"]), int(state["draws"])
         self._scores = {str(k): float(v) for k, v in state["scores"].items()}
+        self._ranked = sorted((score, tid) for tid, score in self._scores.items())
         self._last_perturbation = {str(k): float(v) for k, v in state["last_perturbation"].items()}
         self._configs = dict(state["configs"])
 
