@@ -252,3 +252,17 @@ def test_checkpoints_are_tiny_real_folders_with_retention(tmp_path: Any) -> None
         assert r.checkpoint is not None and r.checkpoint.path.endswith("checkpoint_000008")
         folders = os.listdir(os.path.join(r.path, "checkpoints"))
         assert folders == ["checkpoint_000008"]  # retention deleted the older ones
+
+
+def test_a_trial_stopped_by_the_budget_before_reporting_is_not_an_error(tmp_path: Path) -> None:
+    sim = SimulatedTrainable(
+        lambda c, b: {"loss": float(b)}, cost=4.0, max_budget=2, workers=1, overhead_scale=0
+    )
+    grid = tune.Tuner(
+        sim,
+        param_space={"x": tune.uniform(0, 1)},
+        tune_config=tune.TuneConfig(metric="loss", mode="min", num_samples=-1, time_budget_s=10.0),
+        run_config=tune.RunConfig(storage_path=str(tmp_path), verbose=0),
+    ).fit()
+    assert grid.num_errors == 0
+    assert len(grid) >= 2 and grid.num_terminated == len(grid)

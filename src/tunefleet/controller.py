@@ -525,7 +525,7 @@ class Controller:
             self.waiting[trial.trial_id] = trial
             self._set_status(trial, TrialStatus.PAUSED)
             return
-        if trial.num_results == 0:
+        if trial.num_results == 0 and event.how == "returned":  # not if stopped on purpose
             self._on_failed(
                 trial,
                 FailureRecord(
