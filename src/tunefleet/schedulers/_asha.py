@@ -11,6 +11,7 @@ Values are stored as "higher is better" (the direction is applied once).
 
 from __future__ import annotations
 
+import bisect
 import math
 import random
 from collections.abc import Sequence
@@ -22,16 +23,15 @@ from tunefleet.schedulers._common import (
     check_positive,
     check_time_attr,
     direction,
-    first_pending,
     result_time,
     score,
+    split_candidates,
 )
-from tunefleet.trial import Trial, TrialStatus
+from tunefleet.trial import Trial
 
 
-def _quantile(values: list[float], q: float) -> float:
-    """Linear-interpolated quantile (numpy's default), q in [0, 1]."""
-    ordered = sorted(values)
+def _quantile(ordered: list[float], q: float) -> float:
+    """Linear-interpolated quantile (numpy's default) of sorted values, q in [0, 1]."""
     pos = q * (len(ordered) - 1)
     low = math.floor(pos)
     high = min(low + 1, len(ordered) - 1)
@@ -104,6 +104,68 @@ class AsyncHyperBandScheduler(TrialScheduler):
         self._level: dict[str, int] = {}  # promotion: rungs passed
         self._paused_at: dict[str, int] = {}  # promotion: waiting at this rung
         self._starve = Starvation()
+        self._index()
+
+    def _index(self) -> None:
+        """Derived from the state, kept in step with it: no sort per decision.
+
+        Stopping form: each rung's values, sorted. Promotion form: each rung's ranking
+        as sorted ``(-value, seq, trial)`` (``seq`` keeps the rung's arrival order for
+        ties, as a stable sort did), the same for its paused trials, and sets of the
+        promoted ones.
+        """
+        self._sorted = [[sorted(r.values()) for r in rungs] for rungs in self._rungs]
+        self._seq: list[list[dict[str, int]]] = []
+        self._ranked: list[list[list[tuple[float, int, str]]]] = []
+        for rungs in self._rungs:
+            self._seq.append([{i: n for n, i in enumerate(r)} for r in rungs])
+            self._ranked.append(
+                [sorted((-v, n, i) for n, (i, v) in enumerate(r.items())) for r in rungs]
+            )
+        self._counter = max((len(r) for rungs in self._rungs for r in rungs), default=0)
+        self._waiting: list[list[list[tuple[float, int, str]]]] = [
+            [[] for _ in rungs] for rungs in self._rungs
+        ]
+        for trial_id, k in self._paused_at.items():
+            b = self._bracket[trial_id]
+            if trial_id in self._seq[b][k]:
+                bisect.insort(self._waiting[b][k], self._key(b, k, trial_id))
+        self._promoted_set = [[set(p) for p in ps] for ps in self._promoted]
+
+    def _key(self, b: int, k: int, trial_id: str) -> tuple[float, int, str]:
+        return (-self._rungs[b][k][trial_id], self._seq[b][k][trial_id], trial_id)
+
+    def _record(self, b: int, k: int, trial_id: str, value: float) -> None:
+        """Promotion form: `trial_id` scored `value` at rung k (a dict write, indexed)."""
+        ranked = self._ranked[b][k]
+        if trial_id in self._seq[b][k]:  # rewritten: the dict keeps its place
+            del ranked[bisect.bisect_left(ranked, self._key(b, k, trial_id))]
+        else:
+            self._seq[b][k][trial_id] = self._counter
+            self._counter += 1
+        self._rungs[b][k][trial_id] = value
+        bisect.insort(ranked, self._key(b, k, trial_id))
+
+    def _unrecord(self, b: int, k: int, trial_id: str) -> None:
+        if trial_id in self._seq[b][k]:
+            self._unpause(trial_id)
+            ranked = self._ranked[b][k]
+            del ranked[bisect.bisect_left(ranked, self._key(b, k, trial_id))]
+            del self._seq[b][k][trial_id]
+            del self._rungs[b][k][trial_id]
+
+    def _pause(self, b: int, k: int, trial_id: str) -> None:
+        self._unpause(trial_id)
+        self._paused_at[trial_id] = k
+        bisect.insort(self._waiting[b][k], self._key(b, k, trial_id))
+
+    def _unpause(self, trial_id: str) -> None:
+        k = self._paused_at.pop(trial_id, None)
+        if k is not None:
+            b = self._bracket[trial_id]
+            if trial_id in self._seq[b][k]:
+                waiting = self._waiting[b][k]
+                del waiting[bisect.bisect_left(waiting, self._key(b, k, trial_id))]
 
     # -- events --------------------------------------------------------------------------
     def on_trial_add(self, trial: Trial) -> None:
@@ -152,10 +214,12 @@ class AsyncHyperBandScheduler(TrialScheduler):
             recorded = self._rungs[b][k]
             if trial_id in recorded:
                 break  # decided at this rung already
+            ordered = self._sorted[b][k]
             cutoff = None
-            if recorded:
-                cutoff = _quantile(list(recorded.values()), 1 - 1 / self.reduction_factor)
+            if ordered:
+                cutoff = _quantile(ordered, 1 - 1 / self.reduction_factor)
             recorded[trial_id] = value
+            bisect.insort(ordered, value)
             if cutoff is not None and value < cutoff:
                 return Decision.STOP
             break
@@ -167,29 +231,35 @@ class AsyncHyperBandScheduler(TrialScheduler):
         ms = self._milestones[b]
         while self._level[trial_id] < len(ms) and t >= ms[self._level[trial_id]]:
             k = self._level[trial_id]
-            self._rungs[b][k][trial_id] = value
+            self._record(b, k, trial_id, value)
             if not self._promotable(b, k, trial_id, relaxed=False):
-                self._paused_at[trial_id] = k
+                self._pause(b, k, trial_id)
                 return Decision.PAUSE
             self._promote(b, k, trial_id)  # in the top already: no pause needed
         return Decision.CONTINUE
 
     def _promotable(self, b: int, k: int, trial_id: str, *, relaxed: bool) -> bool:
         rung = self._rungs[b][k]
-        if trial_id not in rung or trial_id in self._promoted[b][k]:
+        if trial_id not in rung or trial_id in self._promoted_set[b][k]:
             return False
-        n = len(rung) / self.reduction_factor
-        top = sorted(rung, key=lambda i: -rung[i])[: math.ceil(n) if relaxed else math.floor(n)]
-        return trial_id in top
+        return self._rank(b, k, trial_id) < self._top(b, k, relaxed=relaxed)
+
+    def _rank(self, b: int, k: int, trial_id: str) -> int:
+        return bisect.bisect_left(self._ranked[b][k], self._key(b, k, trial_id))
+
+    def _top(self, b: int, k: int, *, relaxed: bool) -> int:
+        n = len(self._rungs[b][k]) / self.reduction_factor
+        return math.ceil(n) if relaxed else math.floor(n)
 
     def _promote(self, b: int, k: int, trial_id: str) -> None:
         self._promoted[b][k].append(trial_id)
+        self._promoted_set[b][k].add(trial_id)
         self._level[trial_id] = k + 1
-        self._paused_at.pop(trial_id, None)
+        self._unpause(trial_id)
 
     def on_trial_complete(self, trial: Trial, result: dict[str, Any] | None) -> None:
         self._starve.ended(trial.trial_id)
-        self._paused_at.pop(trial.trial_id, None)
+        self._unpause(trial.trial_id)
 
     def on_trial_error(self, trial: Trial) -> None:
         self._starve.ended(trial.trial_id)
@@ -200,11 +270,11 @@ class AsyncHyperBandScheduler(TrialScheduler):
         self._leave(trial.trial_id)
 
     def _leave(self, trial_id: str) -> None:
-        self._paused_at.pop(trial_id, None)
+        self._unpause(trial_id)
         if self.promotion:  # a gone trial must not take a promotion slot
-            for rungs in self._rungs:
-                for rung in rungs:
-                    rung.pop(trial_id, None)
+            for b, rungs in enumerate(self._rungs):
+                for k in range(len(rungs)):
+                    self._unrecord(b, k, trial_id)
 
     # -- which trial runs next -------------------------------------------------------------
     def choose_trial_to_run(self, candidates: Sequence[Trial]) -> Trial | None:
@@ -214,15 +284,15 @@ class AsyncHyperBandScheduler(TrialScheduler):
         if not self.promotion:
             self._starve.check(candidates)
             return TrialScheduler.choose_trial_to_run(self, candidates)
-        starved = self._starve.check(candidates)
-        paused = {t.trial_id: t for t in candidates if t.status is TrialStatus.PAUSED}
+        paused, pending = split_candidates(candidates)
+        starved = self._starve.check(candidates, paused)
         chosen = self._best_promotable(paused, relaxed=False)
         if chosen is not None:
             return chosen
-        for trial_id, trial in paused.items():
-            if trial_id not in self._paused_at:  # interrupted between rungs (Ctrl-C)
-                return trial
-        pending = first_pending(candidates)
+        if paused.keys() - self._paused_at.keys():
+            for trial_id, trial in paused.items():
+                if trial_id not in self._paused_at:  # interrupted between rungs (Ctrl-C)
+                    return trial
         if pending is not None or not starved:
             return pending
         # No new trials will come: promote at least one per rung, then let the rest
@@ -235,11 +305,16 @@ class AsyncHyperBandScheduler(TrialScheduler):
     def _best_promotable(self, paused: dict[str, Trial], *, relaxed: bool) -> Trial | None:
         for b, rungs in enumerate(self._rungs):
             for k in reversed(range(len(rungs))):
-                waiting = [i for i in rungs[k] if self._paused_at.get(i) == k and i in paused]
-                for trial_id in sorted(waiting, key=lambda i: -rungs[k][i]):
-                    if self._promotable(b, k, trial_id, relaxed=relaxed):
-                        self._promote(b, k, trial_id)
-                        return paused[trial_id]
+                top = self._top(b, k, relaxed=relaxed)
+                # the rung's paused trials, best first: past the top, none can be promoted
+                for key in self._waiting[b][k]:
+                    trial_id = key[2]
+                    if trial_id not in paused or trial_id in self._promoted_set[b][k]:
+                        continue
+                    if bisect.bisect_left(self._ranked[b][k], key) >= top:
+                        break
+                    self._promote(b, k, trial_id)
+                    return paused[trial_id]
         return None
 
     # -- state -----------------------------------------------------------------------------
@@ -270,6 +345,7 @@ class AsyncHyperBandScheduler(TrialScheduler):
         self._starve.set_state(state["starvation"])
         version, internal, gauss = state["rng"]
         self._rng.setstate((version, tuple(internal), gauss))
+        self._index()
 
 
 ASHAScheduler = AsyncHyperBandScheduler

@@ -60,7 +60,7 @@ class Starvation:
     def __init__(self) -> None:
         self.running: set[str] = set()
         self.waiting: set[str] = set()
-        self.last: list[str] | None = None
+        self.last: set[str] | None = None  # the previous `waiting` (a list in the state)
         self.starved = False
 
     def added(self, trial_id: str) -> None:
@@ -82,28 +82,39 @@ class Starvation:
             self.running.discard(trial_id)
         return decision
 
-    def check(self, candidates: Sequence[Trial]) -> bool:
-        self.waiting = {t.trial_id for t in candidates}
+    def check(self, candidates: Sequence[Trial], paused: Mapping[str, Trial] | None = None) -> bool:
+        """`paused`: the PAUSED candidates by id, when the caller built them already."""
+        if paused is not None and len(paused) == len(candidates):
+            self.waiting = set(paused)  # all candidates are paused: no second pass
+        else:
+            self.waiting = {t.trial_id for t in candidates}
         self.running -= self.waiting
-        signature = sorted(self.waiting)
-        if not self.running and self.last == signature:
+        # sets compare as the sorted lists did: no sort per call
+        if not self.running and self.last == self.waiting:
             self.starved = True
-        self.last = signature
+        self.last = self.waiting.copy()  # `started` changes `waiting` later
         return self.starved
 
     def get_state(self) -> dict[str, Any]:
         return {
             "running": sorted(self.running),
             "waiting": sorted(self.waiting),
-            "last": self.last,
+            "last": None if self.last is None else sorted(self.last),
             "starved": self.starved,
         }
 
     def set_state(self, state: Mapping[str, Any]) -> None:
         self.running = set(state["running"])
         self.waiting = set(state["waiting"])
-        self.last = state["last"]
+        self.last = None if state["last"] is None else set(state["last"])
         self.starved = state["starved"]
+
+
+def split_candidates(candidates: Sequence[Trial]) -> tuple[dict[str, Trial], Trial | None]:
+    """The PAUSED candidates by id (in order), and the first PENDING one, in one pass."""
+    paused = {t.trial_id: t for t in candidates if t.status is TrialStatus.PAUSED}
+    pending = None if len(paused) == len(candidates) else first_pending(candidates)
+    return paused, pending
 
 
 def first_pending(candidates: Sequence[Trial]) -> Trial | None:

@@ -18,11 +18,11 @@ from tunefleet.schedulers._common import (
     check_positive,
     check_time_attr,
     direction,
-    first_pending,
     result_time,
     score,
+    split_candidates,
 )
-from tunefleet.trial import Trial, TrialStatus
+from tunefleet.trial import Trial
 
 
 class HyperBandScheduler(TrialScheduler):
@@ -65,6 +65,18 @@ class HyperBandScheduler(TrialScheduler):
         self._band_len = 0  # brackets (skipped ones included) in the current band
         self._of: dict[str, int] = {}  # trial -> bracket index
         self._starve = Starvation()
+        self._index()
+
+    def _index(self) -> None:
+        """Derived from the state so that a choice needs no pass over every bracket.
+
+        `_held`: the trials in some bracket's waiting or cut list. `_hot`: the brackets
+        that may be ready to halve or have promoted trials to resume (a superset).
+        """
+        self._held: set[str] = set()
+        for bracket in self._brackets:
+            self._held.update(bracket["waiting"], bracket["cut"])
+        self._hot: set[int] = set(range(len(self._brackets)))
 
     def _r0(self, s: int) -> int:
         return int(self.max_t * self.reduction_factor ** (-s))
@@ -125,8 +137,10 @@ class HyperBandScheduler(TrialScheduler):
         if bracket["halves"] == 0:
             return Decision.STOP if self.stop_last_trials else Decision.CONTINUE
         bracket["waiting"].append(tid)
+        self._held.add(tid)
+        self._hot.add(self._of[tid])
         if self._ready(bracket, starved=self._starve.starved):
-            self._halve(bracket)
+            self._halve(self._of[tid])
             if tid in bracket["promoted"]:
                 bracket["promoted"].remove(tid)
                 return Decision.CONTINUE
@@ -134,11 +148,20 @@ class HyperBandScheduler(TrialScheduler):
         return Decision.PAUSE
 
     def _ready(self, bracket: dict[str, Any], *, starved: bool) -> bool:
-        live = bracket["live"]
-        done = bool(live) and all(tid in bracket["waiting"] for tid in live)
-        return done and bracket["halves"] > 0 and (starved or not self._accepts(bracket))
+        return self._full(bracket) and (starved or not self._accepts(bracket))
 
-    def _halve(self, bracket: dict[str, Any]) -> None:
+    @staticmethod
+    def _full(bracket: dict[str, Any]) -> bool:
+        """Every live trial waits at the milestone (and a milestone is left)."""
+        live, waiting = bracket["live"], bracket["waiting"]
+        if not live or len(waiting) < len(live) or bracket["halves"] <= 0:
+            return False
+        return bool(live.keys() <= set(waiting))
+
+    def _halve(self, index: int) -> None:
+        bracket = self._brackets[index]
+        self._hot.add(index)
+        self._held.difference_update(bracket["waiting"])
         live = bracket["live"]
         ranked = sorted(live, key=lambda i: -live[i][1])
         keep = math.ceil(len(ranked) / self.reduction_factor)
@@ -148,6 +171,7 @@ class HyperBandScheduler(TrialScheduler):
         bracket["waiting"] = []
         bracket["promoted"].extend(ranked[:keep])
         bracket["cut"].extend(ranked[keep:])
+        self._held.update(ranked[keep:])
         for tid in ranked[keep:]:
             del live[tid]
 
@@ -171,26 +195,31 @@ class HyperBandScheduler(TrialScheduler):
             for key in ("waiting", "promoted", "cut"):
                 if tid in bracket[key]:
                     bracket[key].remove(tid)
+            self._held.discard(tid)
+            self._hot.add(self._of[tid])
 
     # -- which trial runs next -------------------------------------------------------------
     def choose_trial_to_run(self, candidates: Sequence[Trial]) -> Trial | None:
         return self._starve.started(self._choose(candidates))
 
     def _choose(self, candidates: Sequence[Trial]) -> Trial | None:
-        starved = self._starve.check(candidates)
-        paused = {t.trial_id: t for t in candidates if t.status is TrialStatus.PAUSED}
-        for bracket in self._brackets:
+        paused, pending = split_candidates(candidates)
+        starved = self._starve.check(candidates, paused)
+        for index in sorted(self._hot):  # the other brackets have nothing to do
+            bracket = self._brackets[index]
             if self._ready(bracket, starved=starved):
-                self._halve(bracket)  # the last trial left the bracket while others waited
+                self._halve(index)  # the last trial left the bracket while others waited
             for tid in bracket["promoted"]:
                 if tid in paused:
                     bracket["promoted"].remove(tid)
                     return paused[tid]
-        for tid, trial in paused.items():
-            held = self._brackets[self._of[tid]] if tid in self._of else None
-            if held is None or (tid not in held["waiting"] and tid not in held["cut"]):
-                return trial  # interrupted between milestones (Ctrl-C)
-        pending = first_pending(candidates)
+            if not bracket["promoted"] and not self._full(bracket):
+                self._hot.discard(index)
+        if paused.keys() - self._held:
+            for tid, trial in paused.items():
+                held = self._brackets[self._of[tid]] if tid in self._of else None
+                if held is None or (tid not in held["waiting"] and tid not in held["cut"]):
+                    return trial  # interrupted between milestones (Ctrl-C)
         if pending is not None or not starved:
             return pending
         # No new trials will come and no bracket can move: run the cut ones once more so
@@ -225,6 +254,7 @@ class HyperBandScheduler(TrialScheduler):
         self._band_len = state["band_len"]
         self._of = dict(state["of"])
         self._starve.set_state(state["starvation"])
+        self._index()
 
 
 class HyperBandForBOHB(HyperBandScheduler):
