@@ -309,3 +309,25 @@ def test_a_budget_may_grow_on_resume(storage: str) -> None:
     ).fit()
     assert len(grid) == 4 and grid.num_terminated == 4
     assert sorted(r.config["x"] for r in grid) == [1.0, 1.0, 2.0, 2.0]
+
+
+def test_an_experiment_without_resume_data_is_never_reused_or_deleted(storage: str) -> None:
+    from tunefleet.store import ExperimentStore
+
+    old = Path(storage, "short")
+    with ExperimentStore(old) as store:  # as an older tunefleet recorded it: no id_prefix
+        store.write_meta({"name": "short", "metric": "score", "mode": "max"})
+    before = (old / "experiment.db").read_bytes()
+    path = short_run(storage)
+    assert Path(path) != old.resolve() and (old / "experiment.db").read_bytes() == before
+    with pytest.raises(ValueError, match=r"without resume support"):
+        tune.Tuner.restore(str(old), counting)
+    # a database left by a driver killed before it recorded anything is reused
+    empty = Path(storage, "empty")
+    ExperimentStore(empty).close()
+    again = tune.Tuner(
+        counting,
+        param_space={"x": 1.0, "iterations": 1, "pause": 0},
+        run_config=tune.RunConfig(name="empty", storage_path=storage, verbose=0),
+    ).fit()
+    assert Path(again.experiment_path) == empty.resolve()

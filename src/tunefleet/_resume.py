@@ -103,7 +103,7 @@ def was_started(experiment: Path) -> bool:
 
     try:
         with StoreReader(experiment) as reader:
-            return "id_prefix" in reader.meta()
+            return "name" in reader.meta()  # every recorded experiment, of any version
     except sqlite3.DatabaseError:
         return True  # damaged, not empty: Tuner.restore will say how
 
