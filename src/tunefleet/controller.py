@@ -99,6 +99,9 @@ class Controller:
         self.reporter = reporter
         self.clock = clock
         self.trials: dict[str, Trial] = {t.trial_id: t for t in trials or []}
+        # What callbacks get as `trials`: kept in step with `self.trials`, never copied
+        # per hook (a copy costs ~64 us per call at 10,000 trials). Do not modify it.
+        self.trial_list: list[Trial] = list(self.trials.values())
         self.running: dict[str, Trial] = {}
         self.waiting: dict[str, Trial] = {
             t.trial_id: t
@@ -149,13 +152,13 @@ class Controller:
                 self._save_states()
                 self._flush()
                 for cb in self.callbacks:
-                    cb.on_experiment_end(trials=list(self.trials.values()))
+                    cb.on_experiment_end(trials=self.trial_list)
         if self.fatal_trial_error is not None:
             raise self.fatal_trial_error
 
     def step(self) -> None:
         self.iteration += 1
-        trials = list(self.trials.values()) if self.callbacks else []
+        trials = self.trial_list if self.callbacks else []
         for cb in self.callbacks:
             cb.on_step_begin(self.iteration, trials)
         self._fill_slots()
@@ -238,6 +241,7 @@ class Controller:
             dirname = trial_dirname(self.spec.trial_dirname_creator(trial), trial_id, config)
         trial.path = safe_child(self.spec.path, os.path.join("trials", dirname))
         self.trials[trial_id] = trial
+        self.trial_list.append(trial)
         self.waiting[trial_id] = trial
         self.store.add_trial(trial)
         self.scheduler.on_trial_add(trial)
@@ -253,7 +257,7 @@ class Controller:
             self.scheduler.on_trial_remove(trial)
             self.searcher.on_trial_complete(trial.trial_id, self._clean(trial.last_result))
             for cb in self.callbacks:
-                cb.on_trial_complete(self.iteration, list(self.trials.values()), trial)
+                cb.on_trial_complete(self.iteration, self.trial_list, trial)
 
     def _launch(self, trial: Trial) -> None:
         resumed = trial.epoch > 0  # ran before: a retry, a resume, or after a pause
@@ -293,7 +297,7 @@ class Controller:
         )
         for cb in self.callbacks:
             hook = cb.on_trial_restore if resumed else cb.on_trial_start
-            hook(self.iteration, list(self.trials.values()), trial)
+            hook(self.iteration, self.trial_list, trial)
 
     def _restart_point(self, trial: Trial) -> None:
         """Before a trial runs again: its newest valid checkpoint, results rewound to it."""
@@ -383,7 +387,7 @@ class Controller:
             decision = Decision.STOP
             trial.stop_reason = "done"
         for cb in self.callbacks:
-            cb.on_trial_result(self.iteration, list(self.trials.values()), trial, result)
+            cb.on_trial_result(self.iteration, self.trial_list, trial, result)
         if decision is not Decision.CONTINUE:
             self.stopping.add(trial.trial_id)
             if decision is Decision.PAUSE:
@@ -511,7 +515,7 @@ class Controller:
             self.store.mark_checkpoint_deleted(dropped)
             self._to_delete.append(dropped)  # after the store has recorded the new one
         for cb in self.callbacks:
-            cb.on_checkpoint(self.iteration, list(self.trials.values()), trial, Checkpoint(path))
+            cb.on_checkpoint(self.iteration, self.trial_list, trial, Checkpoint(path))
 
     def _on_finished(self, trial: Trial, event: Finished) -> None:
         if event.checkpoint:
@@ -546,7 +550,7 @@ class Controller:
         self.searcher.on_trial_complete(trial.trial_id, self._clean(trial.last_result))
         self.scheduler.on_trial_complete(trial, trial.last_result)
         for cb in self.callbacks:
-            cb.on_trial_complete(self.iteration, list(self.trials.values()), trial)
+            cb.on_trial_complete(self.iteration, self.trial_list, trial)
 
     def _on_failed(
         self, trial: Trial, failure: FailureRecord, *, already_released: bool = False
@@ -580,7 +584,7 @@ class Controller:
         self.searcher.on_trial_complete(trial.trial_id, self._clean(trial.last_result), error=True)
         self.scheduler.on_trial_error(trial)
         for cb in self.callbacks:
-            cb.on_trial_error(self.iteration, list(self.trials.values()), trial)
+            cb.on_trial_error(self.iteration, self.trial_list, trial)
         if self.spec.fail_fast:
             self._begin_stop("fail_fast: a trial failed")
             if self.spec.fail_fast == "raise":
