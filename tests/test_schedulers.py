@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import math
 import random
+import statistics
 from collections.abc import Callable
 from typing import Any
 
@@ -20,6 +22,7 @@ from tunefleet.schedulers import (
     MedianStoppingRule,
     TrialScheduler,
 )
+from tunefleet.schedulers._common import result_time, score
 from tunefleet.trial import Trial, TrialStatus
 
 Factory = Callable[[], TrialScheduler]
@@ -282,6 +285,98 @@ def test_median_stopping_rule() -> None:
     assert sched.on_trial_result(make_trial(9), {"t": 0.5, "m": 0.0}) is Decision.CONTINUE
     soft = MedianStoppingRule(metric="m", mode="max", time_attr="t", hard_stop=False)
     assert soft.needs_sync_decisions and not sched.needs_sync_decisions
+
+
+class _SlowMedianStoppingRule(MedianStoppingRule):
+    """The original algorithm (every other trial's running mean recomputed per result)."""
+
+    def _result(self, trial: Trial, result: dict[str, Any]) -> Decision:
+        sign = self._sign()
+        t = result_time(result, self.time_attr)
+        if t is None:
+            return Decision.CONTINUE
+        assert self.metric is not None
+        tid = trial.trial_id
+        history = self._results.setdefault(tid, [])
+        if tid not in self._last_start or (history and t <= history[-1][0]):
+            self._last_start[tid] = t
+        history.append([t, score(result, self.metric, sign)])
+        if tid in self._stopped:
+            return Decision.CONTINUE
+        if t < self.grace_period:
+            return Decision.CONTINUE
+        gone = {tid, *self._gone}
+        others = [i for i, h in self._results.items() if i not in gone and h[-1][0] >= t]
+        if len(others) < self.min_samples_required:
+            return self._insufficient(tid, t)
+        median = statistics.median(self._slow_mean(i, t) for i in others)
+        best = max(v for _, v in history)
+        if best < median:
+            if self.hard_stop:
+                return Decision.STOP
+            self._stopped.append(tid)
+            return Decision.PAUSE
+        return Decision.CONTINUE
+
+    def _slow_mean(self, tid: str, t: float) -> float:
+        scoped = [v for time, v in self._results[tid] if self.grace_period <= time <= t]
+        return statistics.fmean(scoped) if scoped else float("-inf")
+
+
+_MEDIAN_EVENTS = st.lists(
+    st.tuples(
+        st.sampled_from(["result"] * 12 + ["error", "round_trip", "none"]),
+        st.integers(0, 7),
+        st.one_of(st.integers(0, 8), st.sampled_from([1.5, 2.5, 3.25, math.inf, math.nan])),
+        st.one_of(st.sampled_from([0.0, 0.1, 0.5, 1.0, -0.3]), st.floats(-1e3, 1e3)),
+    ),
+    max_size=250,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    events=_MEDIAN_EVENTS,
+    grace=st.sampled_from([0, 1, 2, 2.5]),
+    samples=st.integers(1, 4),
+    hard=st.booleans(),
+    mode=st.sampled_from(["min", "max"]),
+)
+def test_property_median_incremental_matches_original(
+    events: list[tuple[str, int, float, float]], grace: float, samples: int, hard: bool, mode: str
+) -> None:
+    """Cached sorted means give the very decisions (and state) of the original algorithm."""
+
+    def build(cls: type[MedianStoppingRule]) -> MedianStoppingRule:
+        return cls(
+            metric="loss",
+            mode=mode,
+            time_attr="it",
+            grace_period=grace,
+            min_samples_required=samples,
+            hard_stop=hard,
+        )
+
+    fast, slow = build(MedianStoppingRule), build(_SlowMedianStoppingRule)
+    trials = [make_trial(i) for i in range(8)]
+    for s in (fast, slow):
+        for trial in trials:
+            s.on_trial_add(trial)
+    for kind, i, t, value in events:
+        if kind == "error":
+            fast.on_trial_error(trials[i])
+            slow.on_trial_error(trials[i])
+        elif kind == "round_trip":
+            state = json.loads(json.dumps(fast.get_state()))
+            fast = build(MedianStoppingRule)
+            fast.set_state(state)
+        else:
+            result: dict[str, Any] = {"loss": value}
+            if kind == "result":
+                result["it"] = t
+            got = fast.on_trial_result(trials[i], result)
+            assert got is slow.on_trial_result(trials[i], dict(result))
+    assert json.dumps(fast.get_state()) == json.dumps(slow.get_state())  # NaN-proof
 
 
 # -- argument errors ----------------------------------------------------------------------

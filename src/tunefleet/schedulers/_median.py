@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import math
 import statistics
+from bisect import bisect_left, bisect_right, insort
 from collections.abc import Sequence
+from itertools import pairwise
 from typing import Any
 
 from tunefleet.schedulers._base import Decision, TrialScheduler
@@ -66,6 +69,27 @@ class MedianStoppingRule(TrialScheduler):
         self._last_start: dict[str, float] = {}  # t at which the trial last (re)started
         self._gone: list[str] = []  # errored: not compared against
         self._starve = Starvation()
+        self._reset_caches()
+
+    def _reset_caches(self) -> None:
+        """Derived from the state above only (rebuilt by `set_state`), for speed.
+
+        `_sorted_means[t]` (built once t has been asked about twice) holds, sorted,
+        the running mean at t of every trial not `_gone` whose last time is >= t: the
+        multiset the median is taken over, plus the asking trial itself.
+        """
+        self._times: dict[str, list[float]] = {}
+        self._vals: dict[str, list[float]] = {}
+        self._unordered: set[str] = set()  # restarted once: times not increasing
+        self._gone_set: set[str] = set(self._gone)
+        self._sorted_means: dict[float, list[float]] = {}
+        self._key_times: list[float] = []  # the keys of _sorted_means, sorted
+        self._asked: set[float] = set()
+        for tid, history in self._results.items():
+            times = self._times[tid] = [p[0] for p in history]
+            self._vals[tid] = [p[1] for p in history]
+            if any(not b > a for a, b in pairwise(times)) or any(x != x for x in times):
+                self._unordered.add(tid)
 
     def on_trial_add(self, trial: Trial) -> None:
         self._sign()
@@ -84,16 +108,14 @@ class MedianStoppingRule(TrialScheduler):
         history = self._results.setdefault(tid, [])
         if tid not in self._last_start or (history and t <= history[-1][0]):
             self._last_start[tid] = t  # first result, or restarted from a checkpoint
-        history.append([t, score(result, self.metric, sign)])
+        self._record(tid, t, score(result, self.metric, sign))
         if tid in self._stopped:
             return Decision.CONTINUE  # resumed after a soft stop: run on (as Ray)
         if t < self.grace_period:
             return Decision.CONTINUE
-        gone = {tid, *self._gone}
-        others = [i for i, h in self._results.items() if i not in gone and h[-1][0] >= t]
-        if len(others) < self.min_samples_required:
+        median = self._median(tid, t)
+        if median is None:
             return self._insufficient(tid, t)
-        median = statistics.median(self._running_mean(i, t) for i in others)
         best = max(v for _, v in history)
         if best < median:
             if self.hard_stop:
@@ -107,14 +129,89 @@ class MedianStoppingRule(TrialScheduler):
             return Decision.CONTINUE
         return Decision.PAUSE if self._starve.waiting else Decision.CONTINUE
 
+    def _median(self, tid: str, t: float) -> float | None:
+        """The median of the others' running means at t; None when too few."""
+        means = self._sorted_means.get(t)
+        if means is None and t in self._asked and t == t:
+            means = self._build(t)
+        if means is None:
+            self._asked.add(t)
+            gone = {tid, *self._gone}
+            others = [i for i, h in self._results.items() if i not in gone and h[-1][0] >= t]
+            if len(others) < self.min_samples_required:
+                return None
+            return statistics.median(self._running_mean(i, t) for i in others)
+        skip = len(means)  # the asking trial's own mean, left out
+        if tid not in self._gone_set:
+            skip = bisect_left(means, self._running_mean(tid, t))
+        n = len(means) - (skip < len(means))
+        if n < self.min_samples_required:
+            return None
+        half = n // 2
+        upper = means[half] if half < skip else means[half + 1]
+        if n % 2:
+            return upper
+        lower = means[half - 1] if half - 1 < skip else means[half]
+        return (lower + upper) / 2
+
+    def _build(self, t: float) -> list[float]:
+        means = sorted(
+            self._running_mean(i, t)
+            for i, h in self._results.items()
+            if i not in self._gone_set and h[-1][0] >= t
+        )
+        self._sorted_means[t] = means
+        insort(self._key_times, t)
+        return means
+
+    def _keys(self, low: float, high: float, *, low_inclusive: bool) -> list[float]:
+        """The cached times in [low, high] (or (low, high])."""
+        start = (bisect_left if low_inclusive else bisect_right)(self._key_times, low)
+        return self._key_times[start : bisect_right(self._key_times, high)]
+
+    def _record(self, tid: str, t: float, value: float) -> None:
+        """Append a result to the trial's history, keeping `_sorted_means` exact."""
+        history = self._results[tid]
+        cached = bool(self._key_times) and tid not in self._gone_set
+        last = history[-1][0] if history else None
+        regular = t == t and (last is None or t > last)  # NaN compares False
+        if not regular:  # restarted from a checkpoint (or NaN times): redo its means
+            self._unordered.add(tid)
+            if cached and last is not None and last == last:
+                for k in self._keys(-math.inf, last, low_inclusive=True):
+                    self._remove(k, self._running_mean(tid, k))
+        history.append([t, value])
+        self._times.setdefault(tid, []).append(t)
+        self._vals.setdefault(tid, []).append(value)
+        if cached and t == t:
+            low = last if regular and last is not None else -math.inf
+            for k in self._keys(low, t, low_inclusive=not (regular and last is not None)):
+                insort(self._sorted_means[k], self._running_mean(tid, k))
+
+    def _remove(self, k: float, mean: float) -> None:
+        means = self._sorted_means[k]
+        del means[bisect_left(means, mean)]
+
     def _running_mean(self, tid: str, t: float) -> float:
-        scoped = [v for time, v in self._results[tid] if self.grace_period <= time <= t]
-        return statistics.fmean(scoped) if scoped else float("-inf")
+        # statistics.fmean is math.fsum(values) / len(values); fsum is exactly rounded,
+        # so the order of the values does not matter.
+        if tid in self._unordered:
+            scoped = [v for time, v in self._results[tid] if self.grace_period <= time <= t]
+            return math.fsum(scoped) / len(scoped) if scoped else -math.inf
+        times = self._times[tid]
+        lo, hi = bisect_left(times, self.grace_period), bisect_right(times, t)
+        return math.fsum(self._vals[tid][lo:hi]) / (hi - lo) if lo < hi else -math.inf
 
     def on_trial_error(self, trial: Trial) -> None:
-        self._starve.ended(trial.trial_id)
-        if trial.trial_id not in self._gone:
-            self._gone.append(trial.trial_id)
+        tid = trial.trial_id
+        self._starve.ended(tid)
+        if tid not in self._gone:
+            self._gone.append(tid)
+            self._gone_set.add(tid)
+            history = self._results.get(tid)
+            if history and history[-1][0] == history[-1][0]:
+                for k in self._keys(-math.inf, history[-1][0], low_inclusive=True):
+                    self._remove(k, self._running_mean(tid, k))
 
     def choose_trial_to_run(self, candidates: Sequence[Trial]) -> Trial | None:
         return self._starve.started(self._choose(candidates))
@@ -154,3 +251,4 @@ class MedianStoppingRule(TrialScheduler):
         self._last_start = dict(state["last_start"])
         self._gone = list(state["gone"])
         self._starve.set_state(state["starvation"])
+        self._reset_caches()
