@@ -71,6 +71,10 @@ def make_scheduler(method: str, max_t: int) -> TrialScheduler | None:
         return None
     if method == "asha":
         return ASHAScheduler(max_t=max_t, grace_period=1, reduction_factor=3)
+    if method == "asha-g9":  # a later first rung: fewer late bloomers cut
+        return ASHAScheduler(max_t=max_t, grace_period=9, reduction_factor=3)
+    if method == "asha-promo":  # the ASHA paper's promotion form (pause at rungs)
+        return ASHAScheduler(max_t=max_t, grace_period=1, reduction_factor=3, promotion=True)
     if method == "hyperband":
         return HyperBandScheduler(max_t=max_t, reduction_factor=3)
     if method == "median":
@@ -78,7 +82,8 @@ def make_scheduler(method: str, max_t: int) -> TrialScheduler | None:
     raise ValueError(f"unknown method {method!r}: choose from {', '.join(METHODS)}")
 
 
-METHODS = ("random", "asha", "hyperband", "median")
+METHODS = ("random", "asha", "hyperband", "median", "asha-g9", "asha-promo")
+DEFAULT_METHODS = ("random", "asha", "hyperband", "median")
 
 
 def rank_correlation(a: list[float], b: list[float]) -> float:
@@ -268,7 +273,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="budget: time for this many max-budget trials of average cost, per worker set",
     )
     parser.add_argument("--problems", nargs="+", choices=sorted(PROBLEMS), default=list(PROBLEMS))
-    parser.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
+    parser.add_argument("--methods", nargs="+", choices=METHODS, default=list(DEFAULT_METHODS))
     parser.add_argument("--quick", action="store_true", help="3 seeds, budget of 20 full trials")
     parser.add_argument("--json", metavar="OUT", help="write every figure to this file")
     args = parser.parse_args(argv)
