@@ -15,6 +15,12 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev,torch]'
 	touch $(STAMP)
 
+# Benchmarks also plot (matplotlib) and train on scikit-learn's bundled digits.
+BENCH_STAMP := $(VENV)/.installed-bench
+$(BENCH_STAMP): $(STAMP)
+	$(BIN)/pip install --quiet -e '.[dev,torch,bench]'
+	touch $(BENCH_STAMP)
+
 demo: $(STAMP)
 	$(BIN)/python examples/lstm_sunspots.py
 
@@ -29,12 +35,12 @@ check: $(STAMP)
 	$(BIN)/ruff format --check src tests examples benchmarks
 	$(BIN)/mypy --strict
 
-bench: $(STAMP)
+bench: $(BENCH_STAMP)
 	$(BIN)/python benchmarks/overhead.py
 	$(BIN)/python benchmarks/store_scaling.py
 	$(BIN)/python benchmarks/chaos_resume.py
 
-bench-scale: $(STAMP)
+bench-scale: $(BENCH_STAMP)
 	$(BIN)/python benchmarks/scale.py
 
 bench-peers:

@@ -200,6 +200,10 @@ class Controller:
         if ready:
             chosen = self.scheduler.choose_trial_to_run(ready)
             if chosen is not None:
+                if chosen.status is TrialStatus.PAUSED:  # synchronous PBT exploits here
+                    exploit = self.scheduler.exploit_on_resume(chosen)
+                    if exploit is not None and self._can_exploit(chosen, exploit):
+                        self._exploit(chosen, exploit)
                 return chosen
         if self.search_done:
             if ready and not self.running and len(ready) == len(self.waiting):
@@ -402,21 +406,26 @@ class Controller:
         """The scheduler's decision; an `Exploit` becomes a PAUSE, carried out on pause."""
         decision = self.scheduler.on_trial_result(trial, result)
         if isinstance(decision, Exploit):
-            source = self.trials.get(decision.source_trial_id)
-            if source is None or source.latest_checkpoint is None or source is trial:
-                logger.warning(
-                    "Trial %s: %s asked to exploit trial %s, which has no checkpoint; "
-                    "it continues unchanged",
-                    trial.trial_id,
-                    type(self.scheduler).__name__,
-                    decision.source_trial_id,
-                )
+            if not self._can_exploit(trial, decision):
                 return Decision.CONTINUE
             self._exploits[trial.trial_id] = decision
             decision = Decision.PAUSE
         if decision is not Decision.CONTINUE:
             trial.stop_reason = f"scheduler ({type(self.scheduler).__name__})"
         return decision
+
+    def _can_exploit(self, trial: Trial, exploit: Exploit) -> bool:
+        source = self.trials.get(exploit.source_trial_id)
+        if source is None or source.latest_checkpoint is None or source is trial:
+            logger.warning(
+                "Trial %s: %s asked to exploit trial %s, which has no checkpoint; "
+                "it continues unchanged",
+                trial.trial_id,
+                type(self.scheduler).__name__,
+                exploit.source_trial_id,
+            )
+            return False
+        return True
 
     def _exploit(self, trial: Trial, exploit: Exploit) -> None:
         """Give the paused trial a copy of the source's checkpoint and the new config."""

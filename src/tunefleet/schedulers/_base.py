@@ -91,6 +91,14 @@ class TrialScheduler:
                     return trial
         return None
 
+    def exploit_on_resume(self, trial: Trial) -> Exploit | None:
+        """Called for a PAUSED trial this scheduler chose to run, right before it runs.
+
+        An `Exploit` makes the controller copy the source's checkpoint and set the
+        new config first (synchronous PBT exploits the trials it paused this way).
+        """
+        return None
+
     def get_state(self) -> dict[str, Any]:
         return {}
 
