@@ -28,6 +28,7 @@ from typing import Any
 import tunefleet as tune
 from tunefleet.schedulers import (
     ASHAScheduler,
+    Candidates,
     Decision,
     Exploit,
     FIFOScheduler,
@@ -37,7 +38,7 @@ from tunefleet.schedulers import (
     PopulationBasedTraining,
     TrialScheduler,
 )
-from tunefleet.trial import Trial, TrialStatus
+from tunefleet.trial import PAUSED_BY_SCHEDULER, Trial, TrialStatus
 
 CHOOSE_EVERY = 100  # results between two choose_trial_to_run calls
 TARGET_NS = 1_000_000  # 1 ms
@@ -105,7 +106,7 @@ def drive(name: str, sched: TrialScheduler, trials: int, iterations: int, budget
         trial.status = TrialStatus.RUNNING  # the controller launches each trial at once
         sched.on_trial_add(trial)
     running: collections.deque[Trial] = collections.deque(population)
-    paused: dict[str, Trial] = {}
+    paused = Candidates()  # as the controller keeps it: updated, never rebuilt
     since_choose = 0
     start = time.perf_counter()
 
@@ -118,25 +119,23 @@ def drive(name: str, sched: TrialScheduler, trials: int, iterations: int, budget
 
     def choose() -> Trial | None:
         nonlocal last_choose
-        candidates = list(paused.values())
+        paused.starved = not running  # every trial was added up front: no new ones come
         t0 = clock()
-        chosen = sched.choose_trial_to_run(candidates)
+        chosen = sched.choose_trial_to_run(paused)
         last_choose = clock() - t0
         run.choose_ns.append(last_choose)
         if chosen is not None:
-            del paused[chosen.trial_id]
+            paused.discard(chosen.trial_id)
             chosen.status = TrialStatus.RUNNING
             running.append(chosen)
             run.counts["resumed"] += 1
         return chosen
 
-    misses = 0
     while running or paused:
         if not running:  # everything is paused: the controller asks until one resumes
             if over_budget(last_choose):
                 break
-            misses = 0 if choose() is not None else misses + 1
-            if misses >= 3:  # the scheduler holds them for good (counted below)
+            if choose() is None:  # the controller ends them (counted below)
                 break
             continue
         if over_budget(last_result):
@@ -157,7 +156,8 @@ def drive(name: str, sched: TrialScheduler, trials: int, iterations: int, budget
             decision = Decision.CONTINUE
         if decision is Decision.PAUSE:
             trial.status = TrialStatus.PAUSED
-            paused[trial.trial_id] = trial
+            trial.stop_reason = PAUSED_BY_SCHEDULER
+            paused.add(trial)
             run.counts["pause"] += 1
         elif decision is Decision.STOP or it >= iterations:
             trial.status = TrialStatus.TERMINATED

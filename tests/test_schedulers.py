@@ -22,8 +22,9 @@ from tunefleet.schedulers import (
     MedianStoppingRule,
     TrialScheduler,
 )
+from tunefleet.schedulers._candidates import Candidates
 from tunefleet.schedulers._common import result_time, score
-from tunefleet.trial import Trial, TrialStatus
+from tunefleet.trial import PAUSED_BY_SCHEDULER, Trial, TrialStatus
 
 Factory = Callable[[], TrialScheduler]
 
@@ -82,6 +83,8 @@ class Sim:
         self.slopes: dict[str, float] = {}
         self.iters: dict[str, list[int]] = {}
         self.decisions: list[Any] = []
+        self.starved = False
+        self.ended_unresumed: list[str] = []
 
     def both(self, name: str, *args: Any) -> Any:
         out = getattr(self.sched, name)(*args)
@@ -91,14 +94,24 @@ class Sim:
         return out
 
     def fill(self) -> None:
-        while sum(t.status is TrialStatus.RUNNING for t in self.trials) < self.slots:
-            ready = [
-                t for t in self.trials if t.status in (TrialStatus.PENDING, TrialStatus.PAUSED)
-            ]
+        """As the controller: the scheduler first, then a new trial; once none comes and
+        nothing runs (starved), the trials the scheduler does not resume end."""
+        while (running := sum(t.status is TrialStatus.RUNNING for t in self.trials)) < self.slots:
+            ready = Candidates(
+                (t for t in self.trials if t.status in (TrialStatus.PENDING, TrialStatus.PAUSED)),
+                starved=self.starved and not running,
+            )
             chosen = self.both("choose_trial_to_run", ready) if ready else None
             if chosen is None:
                 if len(self.trials) >= self.n:
+                    if ready.starved:
+                        for trial in ready:
+                            trial.status = TrialStatus.TERMINATED
+                            self.ended_unresumed.append(trial.trial_id)
+                            self.both("on_trial_remove", trial)
+                    self.starved = True
                     return
+                self.starved = False
                 chosen = make_trial(len(self.trials))
                 self.trials.append(chosen)
                 self.slopes[chosen.trial_id] = self.rng.uniform(0.1, 1.0)
@@ -117,6 +130,7 @@ class Sim:
         assert decision in (Decision.CONTINUE, Decision.PAUSE, Decision.STOP)
         if decision is Decision.PAUSE:
             trial.status = TrialStatus.PAUSED
+            trial.stop_reason = PAUSED_BY_SCHEDULER
         elif decision is Decision.STOP or it >= self.horizon:
             trial.status = TrialStatus.TERMINATED
             self.both("on_trial_complete", trial, result)
@@ -314,7 +328,7 @@ class _SlowMedianStoppingRule(MedianStoppingRule):
         if best < median:
             if self.hard_stop:
                 return Decision.STOP
-            self._stopped.append(tid)
+            self._stopped[tid] = None
             return Decision.PAUSE
         return Decision.CONTINUE
 

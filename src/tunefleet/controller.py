@@ -31,8 +31,9 @@ from tunefleet.checkpoint import (
     remove_temporaries,
 )
 from tunefleet.schedulers._base import Decision, Exploit, TrialScheduler
+from tunefleet.schedulers._candidates import Candidates
 from tunefleet.search._base import FINISHED, Searcher
-from tunefleet.trial import FailureKind, FailureRecord, Trial, TrialStatus
+from tunefleet.trial import PAUSED_BY_SCHEDULER, FailureKind, FailureRecord, Trial, TrialStatus
 
 logger = logging.getLogger("tunefleet")
 
@@ -103,11 +104,14 @@ class Controller:
         # per hook (a copy costs ~64 us per call at 10,000 trials). Do not modify it.
         self.trial_list: list[Trial] = list(self.trials.values())
         self.running: dict[str, Trial] = {}
-        self.waiting: dict[str, Trial] = {
-            t.trial_id: t
-            for t in self.trials.values()
-            if t.status in (TrialStatus.PENDING, TrialStatus.PAUSED)
-        }
+        # Trials that may run next, kept up to date for the scheduler (never copied).
+        self.waiting = Candidates(
+            t for t in self.trials.values() if t.status in (TrialStatus.PENDING, TrialStatus.PAUSED)
+        )
+        # Waiting trials whose last attempt's process has not exited yet: they join
+        # `waiting` once it has (a trial never runs twice at once).
+        self._settling: dict[str, Trial] = {}
+        self._starved = False  # the searcher had nothing the last time it was asked
         self.stopping: set[str] = set()  # trials asked to stop: later results are dropped
         self.search_done = False
         self.stop_reason: str | None = None  # set when the experiment is being stopped
@@ -183,7 +187,7 @@ class Controller:
             return False
         if self.stop_reason is not None:
             return True
-        return self.search_done and not self.waiting
+        return self.search_done and not self.waiting and not self._settling
 
     # -- phase 1: fill free slots ---------------------------------------------------------
     def _fill_slots(self) -> None:
@@ -195,9 +199,25 @@ class Controller:
                 return
             self._launch(trial)
 
+    def _wait(self, trial: Trial) -> None:
+        """`trial` (PENDING or PAUSED) may run again once its last attempt has exited."""
+        if self.backend.attempt_alive(trial.trial_id):
+            self._settling[trial.trial_id] = trial
+        else:
+            self.waiting.add(trial)
+
+    def _settle(self) -> None:
+        for trial_id, trial in list(self._settling.items()):
+            if not self.backend.attempt_alive(trial_id):
+                del self._settling[trial_id]
+                self.waiting.add(trial)
+
     def _next_trial(self) -> Trial | None:
-        ready = [t for t in self.waiting.values() if not self.backend.attempt_alive(t.trial_id)]
+        if self._settling:
+            self._settle()
+        ready = self.waiting
         if ready:
+            ready.starved = self._starved and not self.running
             chosen = self.scheduler.choose_trial_to_run(ready)
             if chosen is not None:
                 if chosen.status is TrialStatus.PAUSED:  # synchronous PBT exploits here
@@ -206,8 +226,9 @@ class Controller:
                         self._exploit(chosen, exploit)
                 return chosen
         if self.search_done:
-            if ready and not self.running and len(ready) == len(self.waiting):
-                self._end_unwanted(ready)  # else the run would wait for them forever
+            if ready and ready.starved and not self._settling:
+                self._end_unwanted(list(ready))  # else the run would wait for them forever
+            self._starved = True
             return None
         limit = self.spec.num_samples
         if not self.searcher.self_limiting and limit != -1 and len(self.trials) >= limit:
@@ -218,9 +239,11 @@ class Controller:
         config = self.searcher.suggest(trial_id)
         _warn_if_slow(started, f"{type(self.searcher).__name__}.suggest")
         if config is None:
+            self._starved = True
             return None
         if isinstance(config, str) and config == FINISHED:
             self.search_done = True
+            self._starved = True
             return None
         if not isinstance(config, dict):
             raise TypeError(
@@ -246,7 +269,8 @@ class Controller:
         trial.path = safe_child(self.spec.path, os.path.join("trials", dirname))
         self.trials[trial_id] = trial
         self.trial_list.append(trial)
-        self.waiting[trial_id] = trial
+        self.waiting.add(trial)
+        self._starved = False
         self.store.add_trial(trial)
         self.scheduler.on_trial_add(trial)
         return trial
@@ -254,7 +278,7 @@ class Controller:
     def _end_unwanted(self, trials: list[Trial]) -> None:
         """The search is over and the scheduler resumes none of these: they end here."""
         for trial in trials:
-            self.waiting.pop(trial.trial_id, None)
+            self.waiting.discard(trial.trial_id)
             trial.stop_reason = "not resumed by the scheduler"
             trial.ended_at = time.time()
             self._set_status(trial, TrialStatus.TERMINATED)
@@ -267,7 +291,7 @@ class Controller:
         resumed = trial.epoch > 0  # ran before: a retry, a resume, or after a pause
         if resumed:
             self._restart_point(trial)
-        self.waiting.pop(trial.trial_id, None)
+        self.waiting.discard(trial.trial_id)
         self.stopping.discard(trial.trial_id)
         trial.epoch += 1
         trial.stop_reason = None
@@ -395,7 +419,7 @@ class Controller:
         if decision is not Decision.CONTINUE:
             self.stopping.add(trial.trial_id)
             if decision is Decision.PAUSE:
-                trial.stop_reason = "paused by scheduler"
+                trial.stop_reason = PAUSED_BY_SCHEDULER
         if self.scheduler.needs_sync_decisions:
             self.backend.send_decision(trial.trial_id, trial.epoch, decision.value)
         elif decision is not Decision.CONTINUE:
@@ -535,8 +559,8 @@ class Controller:
             exploit = self._exploits.pop(trial.trial_id, None)
             if exploit is not None and event.how == "paused":
                 self._exploit(trial, exploit)
-            self.waiting[trial.trial_id] = trial
             self._set_status(trial, TrialStatus.PAUSED)
+            self._wait(trial)
             return
         if trial.num_results == 0 and event.how == "returned":  # not if stopped on purpose
             self._on_failed(
@@ -577,8 +601,8 @@ class Controller:
         if self.stop_reason is None and (limit == -1 or used < limit):
             trial.attempt += 1
             trial.error = failure
-            self.waiting[trial.trial_id] = trial
             self._set_status(trial, TrialStatus.PENDING)
+            self._wait(trial)
             logger.warning(
                 "Trial %s failed (%s); retrying (attempt %d) from %s",
                 trial.trial_id,

@@ -11,6 +11,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+#: `Trial.stop_reason` of a trial its scheduler paused (anything else paused it: an
+#: interruption, which schedulers resume first).
+PAUSED_BY_SCHEDULER = "paused by scheduler"
+
 
 class TrialStatus(str, enum.Enum):
     """Lifecycle: PENDING -> RUNNING -> (PAUSED -> RUNNING)* -> TERMINATED | ERROR."""

@@ -2,6 +2,7 @@
 
 from tunefleet.schedulers._asha import ASHAScheduler, AsyncHyperBandScheduler
 from tunefleet.schedulers._base import Decision, Exploit, TrialScheduler
+from tunefleet.schedulers._candidates import Candidates
 from tunefleet.schedulers._fifo import FIFOScheduler
 from tunefleet.schedulers._hyperband import HyperBandForBOHB, HyperBandScheduler
 from tunefleet.schedulers._lineage import pbt_schedule
@@ -11,6 +12,7 @@ from tunefleet.schedulers._pbt import PopulationBasedTraining
 __all__ = [
     "ASHAScheduler",
     "AsyncHyperBandScheduler",
+    "Candidates",
     "Decision",
     "Exploit",
     "FIFOScheduler",

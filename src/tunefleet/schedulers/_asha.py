@@ -14,18 +14,17 @@ from __future__ import annotations
 import bisect
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tunefleet.schedulers._base import Decision, TrialScheduler
+from tunefleet.schedulers._candidates import Candidates
 from tunefleet.schedulers._common import (
-    Starvation,
     check_positive,
     check_time_attr,
     direction,
     result_time,
     score,
-    split_candidates,
 )
 from tunefleet.trial import Trial
 
@@ -103,7 +102,6 @@ class AsyncHyperBandScheduler(TrialScheduler):
         self._bracket: dict[str, int] = {}
         self._level: dict[str, int] = {}  # promotion: rungs passed
         self._paused_at: dict[str, int] = {}  # promotion: waiting at this rung
-        self._starve = Starvation()
         self._index()
 
     def _index(self) -> None:
@@ -170,7 +168,6 @@ class AsyncHyperBandScheduler(TrialScheduler):
     # -- events --------------------------------------------------------------------------
     def on_trial_add(self, trial: Trial) -> None:
         self._sign()
-        self._starve.added(trial.trial_id)
         self._join(trial.trial_id)
 
     def _join(self, trial_id: str) -> int:
@@ -189,9 +186,6 @@ class AsyncHyperBandScheduler(TrialScheduler):
         return self._bracket[trial_id]
 
     def on_trial_result(self, trial: Trial, result: dict[str, Any]) -> Decision:
-        return self._starve.decided(trial.trial_id, self._result(trial, result))
-
-    def _result(self, trial: Trial, result: dict[str, Any]) -> Decision:
         sign = self._sign()
         t = result_time(result, self.time_attr)
         if t is None:
@@ -258,15 +252,12 @@ class AsyncHyperBandScheduler(TrialScheduler):
         self._unpause(trial_id)
 
     def on_trial_complete(self, trial: Trial, result: dict[str, Any] | None) -> None:
-        self._starve.ended(trial.trial_id)
         self._unpause(trial.trial_id)
 
     def on_trial_error(self, trial: Trial) -> None:
-        self._starve.ended(trial.trial_id)
         self._leave(trial.trial_id)
 
     def on_trial_remove(self, trial: Trial) -> None:
-        self._starve.ended(trial.trial_id)
         self._leave(trial.trial_id)
 
     def _leave(self, trial_id: str) -> None:
@@ -277,32 +268,30 @@ class AsyncHyperBandScheduler(TrialScheduler):
                     self._unrecord(b, k, trial_id)
 
     # -- which trial runs next -------------------------------------------------------------
-    def choose_trial_to_run(self, candidates: Sequence[Trial]) -> Trial | None:
-        return self._starve.started(self._choose(candidates))
+    def choose_trial_to_run(self, candidates: Candidates | Sequence[Trial]) -> Trial | None:
+        """Promotion form: the best promotable paused trial (highest rung first), else a
+        trial paused by an interruption, else a pending one (or a new one: None).
 
-    def _choose(self, candidates: Sequence[Trial]) -> Trial | None:
+        When no new trial will come (`candidates.starved`), the best paused trial of
+        each rung is promoted even when its rung has fewer than `reduction_factor`
+        trials, so the search's best still reaches `max_t`; the rest stay paused and
+        the controller ends them ("not resumed by the scheduler").
+        """
         if not self.promotion:
-            self._starve.check(candidates)
             return TrialScheduler.choose_trial_to_run(self, candidates)
-        paused, pending = split_candidates(candidates)
-        starved = self._starve.check(candidates, paused)
+        pool = Candidates.of(candidates)
+        paused = pool.paused
         chosen = self._best_promotable(paused, relaxed=False)
-        if chosen is not None:
-            return chosen
-        if paused.keys() - self._paused_at.keys():
-            for trial_id, trial in paused.items():
-                if trial_id not in self._paused_at:  # interrupted between rungs (Ctrl-C)
-                    return trial
-        if pending is not None or not starved:
-            return pending
-        # No new trials will come: promote at least one per rung, then let the rest
-        # run once more so they are stopped (the controller cannot end paused trials).
-        chosen = self._best_promotable(paused, relaxed=True)
-        if chosen is not None:
-            return chosen
-        return None if self._starve.running else next(iter(paused.values()), None)
+        if chosen is None and pool.interrupted:  # e.g. Ctrl-C between two rungs
+            waits = self._paused_at  # (paused at a rung, then interrupted: it waits on)
+            chosen = next((t for i, t in pool.interrupted.items() if i not in waits), None)
+        if chosen is None:
+            chosen = pool.first_pending()
+        if chosen is None and pool.starved:
+            chosen = self._best_promotable(paused, relaxed=True)
+        return chosen
 
-    def _best_promotable(self, paused: dict[str, Trial], *, relaxed: bool) -> Trial | None:
+    def _best_promotable(self, paused: Mapping[str, Trial], *, relaxed: bool) -> Trial | None:
         for b, rungs in enumerate(self._rungs):
             for k in reversed(range(len(rungs))):
                 top = self._top(b, k, relaxed=relaxed)
@@ -331,7 +320,6 @@ class AsyncHyperBandScheduler(TrialScheduler):
             "bracket": self._bracket,
             "level": self._level,
             "paused_at": self._paused_at,
-            "starvation": self._starve.get_state(),
             "rng": [version, list(internal), gauss],
         }
 
@@ -342,7 +330,6 @@ class AsyncHyperBandScheduler(TrialScheduler):
         self._bracket = dict(state["bracket"])
         self._level = dict(state["level"])
         self._paused_at = dict(state["paused_at"])
-        self._starve.set_state(state["starvation"])
         version, internal, gauss = state["rng"]
         self._rng.setstate((version, tuple(internal), gauss))
         self._index()

@@ -11,7 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tunefleet.trial import Trial, TrialStatus
+from tunefleet.schedulers._candidates import Candidates
+from tunefleet.trial import Trial
 
 
 class Decision(str, enum.Enum):
@@ -83,13 +84,15 @@ class TrialScheduler:
     def on_trial_remove(self, trial: Trial) -> None:
         """The trial was stopped by someone else than this scheduler."""
 
-    def choose_trial_to_run(self, candidates: Sequence[Trial]) -> Trial | None:
-        """Pick the next trial to run among PENDING and PAUSED ones (FIFO by default)."""
-        for status in (TrialStatus.PENDING, TrialStatus.PAUSED):
-            for trial in candidates:
-                if trial.status is status:
-                    return trial
-        return None
+    def choose_trial_to_run(self, candidates: Candidates | Sequence[Trial]) -> Trial | None:
+        """Pick the next trial to run among PENDING and PAUSED ones, or None.
+
+        The controller passes its live `Candidates` view (O(1) lookups by id; see
+        `Candidates.starved`); a plain sequence of trials is accepted too. None lets
+        the searcher add a new trial. FIFO by default: pending first, then paused.
+        """
+        pool = Candidates.of(candidates)
+        return pool.first_pending() or pool.first_paused()
 
     def exploit_on_resume(self, trial: Trial) -> Exploit | None:
         """Called for a PAUSED trial this scheduler chose to run, right before it runs.

@@ -13,14 +13,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from tunefleet.schedulers._base import Decision, TrialScheduler
+from tunefleet.schedulers._candidates import Candidates
 from tunefleet.schedulers._common import (
-    Starvation,
     check_positive,
     check_time_attr,
     direction,
     result_time,
     score,
-    split_candidates,
 )
 from tunefleet.trial import Trial
 
@@ -64,7 +63,7 @@ class HyperBandScheduler(TrialScheduler):
         self._brackets: list[dict[str, Any]] = []
         self._band_len = 0  # brackets (skipped ones included) in the current band
         self._of: dict[str, int] = {}  # trial -> bracket index
-        self._starve = Starvation()
+        self._starved = False  # `Candidates.starved` when last asked
         self._index()
 
     def _index(self) -> None:
@@ -99,7 +98,7 @@ class HyperBandScheduler(TrialScheduler):
     # -- events --------------------------------------------------------------------------
     def on_trial_add(self, trial: Trial) -> None:
         self._sign()
-        self._starve.added(trial.trial_id)
+        self._starved = False  # the searcher had a new trial after all
         self._join(trial.trial_id)
 
     def _join(self, trial_id: str) -> dict[str, Any]:
@@ -117,9 +116,6 @@ class HyperBandScheduler(TrialScheduler):
         return not bracket["halved"] and bracket["size"] < bracket["n0"]
 
     def on_trial_result(self, trial: Trial, result: dict[str, Any]) -> Decision:
-        return self._starve.decided(trial.trial_id, self._result(trial, result))
-
-    def _result(self, trial: Trial, result: dict[str, Any]) -> Decision:
         sign = self._sign()
         t = result_time(result, self.time_attr)
         if t is None:
@@ -139,7 +135,7 @@ class HyperBandScheduler(TrialScheduler):
         bracket["waiting"].append(tid)
         self._held.add(tid)
         self._hot.add(self._of[tid])
-        if self._ready(bracket, starved=self._starve.starved):
+        if self._ready(bracket, starved=self._starved):
             self._halve(self._of[tid])
             if tid in bracket["promoted"]:
                 bracket["promoted"].remove(tid)
@@ -176,15 +172,12 @@ class HyperBandScheduler(TrialScheduler):
             del live[tid]
 
     def on_trial_complete(self, trial: Trial, result: dict[str, Any] | None) -> None:
-        self._starve.ended(trial.trial_id)
         self._leave(trial.trial_id, failed=False)
 
     def on_trial_error(self, trial: Trial) -> None:
-        self._starve.ended(trial.trial_id)
         self._leave(trial.trial_id, failed=True)
 
     def on_trial_remove(self, trial: Trial) -> None:
-        self._starve.ended(trial.trial_id)
         self._leave(trial.trial_id, failed=True)
 
     def _leave(self, tid: str, *, failed: bool) -> None:
@@ -199,12 +192,14 @@ class HyperBandScheduler(TrialScheduler):
             self._hot.add(self._of[tid])
 
     # -- which trial runs next -------------------------------------------------------------
-    def choose_trial_to_run(self, candidates: Sequence[Trial]) -> Trial | None:
-        return self._starve.started(self._choose(candidates))
-
-    def _choose(self, candidates: Sequence[Trial]) -> Trial | None:
-        paused, pending = split_candidates(candidates)
-        starved = self._starve.check(candidates, paused)
+    def choose_trial_to_run(self, candidates: Candidates | Sequence[Trial]) -> Trial | None:
+        """A promoted trial of a bracket, else one paused by an interruption, else a
+        pending one (or a new one: None). When no new trial will come
+        (`candidates.starved`), a bracket that cannot fill halves with the trials it
+        has; trials cut at a milestone stay paused and the controller ends them."""
+        pool = Candidates.of(candidates)
+        paused = pool.paused
+        starved = self._starved = pool.starved
         for index in sorted(self._hot):  # the other brackets have nothing to do
             bracket = self._brackets[index]
             if self._ready(bracket, starved=starved):
@@ -215,20 +210,10 @@ class HyperBandScheduler(TrialScheduler):
                     return paused[tid]
             if not bracket["promoted"] and not self._full(bracket):
                 self._hot.discard(index)
-        if paused.keys() - self._held:
-            for tid, trial in paused.items():
-                held = self._brackets[self._of[tid]] if tid in self._of else None
-                if held is None or (tid not in held["waiting"] and tid not in held["cut"]):
-                    return trial  # interrupted between milestones (Ctrl-C)
-        if pending is not None or not starved:
-            return pending
-        # No new trials will come and no bracket can move: run the cut ones once more so
-        # they are stopped (the controller cannot end paused trials itself).
-        for bracket in self._brackets:
-            for tid in bracket["cut"]:
-                if tid in paused:
-                    return paused[tid]
-        return None if self._starve.running else next(iter(paused.values()), None)
+        for tid, trial in pool.interrupted.items():
+            if tid not in self._held:  # interrupted between milestones (Ctrl-C)
+                return trial
+        return pool.first_pending()
 
     # -- state -----------------------------------------------------------------------------
     def _sign(self) -> float:
@@ -241,7 +226,7 @@ class HyperBandScheduler(TrialScheduler):
             "brackets": self._brackets,
             "band_len": self._band_len,
             "of": self._of,
-            "starvation": self._starve.get_state(),
+            "starved": self._starved,
         }
 
     def set_state(self, state: dict[str, Any]) -> None:
@@ -253,7 +238,7 @@ class HyperBandScheduler(TrialScheduler):
         ]
         self._band_len = state["band_len"]
         self._of = dict(state["of"])
-        self._starve.set_state(state["starvation"])
+        self._starved = bool(state.get("starved", False))
         self._index()
 
 

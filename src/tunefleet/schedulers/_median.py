@@ -10,8 +10,8 @@ from itertools import pairwise
 from typing import Any
 
 from tunefleet.schedulers._base import Decision, TrialScheduler
+from tunefleet.schedulers._candidates import Candidates
 from tunefleet.schedulers._common import (
-    Starvation,
     check_positive,
     check_time_attr,
     direction,
@@ -65,10 +65,10 @@ class MedianStoppingRule(TrialScheduler):
         self.hard_stop = hard_stop
         self.needs_sync_decisions = not hard_stop or min_time_slice > 0
         self._results: dict[str, list[list[float]]] = {}  # trial -> [[t, value], ...]
-        self._stopped: list[str] = []  # paused as poor (hard_stop=False)
+        self._stopped: dict[str, None] = {}  # paused as poor (hard_stop=False), in order
         self._last_start: dict[str, float] = {}  # t at which the trial last (re)started
         self._gone: list[str] = []  # errored: not compared against
-        self._starve = Starvation()
+        self._others_waiting = False  # other trials waited for a slot when last asked
         self._reset_caches()
 
     def _reset_caches(self) -> None:
@@ -93,10 +93,9 @@ class MedianStoppingRule(TrialScheduler):
 
     def on_trial_add(self, trial: Trial) -> None:
         self._sign()
-        self._starve.added(trial.trial_id)
 
     def on_trial_result(self, trial: Trial, result: dict[str, Any]) -> Decision:
-        return self._starve.decided(trial.trial_id, self._result(trial, result))
+        return self._result(trial, result)
 
     def _result(self, trial: Trial, result: dict[str, Any]) -> Decision:
         sign = self._sign()
@@ -120,14 +119,14 @@ class MedianStoppingRule(TrialScheduler):
         if best < median:
             if self.hard_stop:
                 return Decision.STOP
-            self._stopped.append(tid)
+            self._stopped[tid] = None
             return Decision.PAUSE
         return Decision.CONTINUE
 
     def _insufficient(self, tid: str, t: float) -> Decision:
         if self.min_time_slice <= 0 or t - self._last_start[tid] < self.min_time_slice:
             return Decision.CONTINUE
-        return Decision.PAUSE if self._starve.waiting else Decision.CONTINUE
+        return Decision.PAUSE if self._others_waiting else Decision.CONTINUE
 
     def _median(self, tid: str, t: float) -> float | None:
         """The median of the others' running means at t; None when too few."""
@@ -204,7 +203,6 @@ class MedianStoppingRule(TrialScheduler):
 
     def on_trial_error(self, trial: Trial) -> None:
         tid = trial.trial_id
-        self._starve.ended(tid)
         if tid not in self._gone:
             self._gone.append(tid)
             self._gone_set.add(tid)
@@ -213,22 +211,18 @@ class MedianStoppingRule(TrialScheduler):
                 for k in self._keys(-math.inf, history[-1][0], low_inclusive=True):
                     self._remove(k, self._running_mean(tid, k))
 
-    def choose_trial_to_run(self, candidates: Sequence[Trial]) -> Trial | None:
-        return self._starve.started(self._choose(candidates))
-
-    def _choose(self, candidates: Sequence[Trial]) -> Trial | None:
-        starved = self._starve.check(candidates)
-        fresh = [t for t in candidates if t.trial_id not in self._stopped]
-        chosen = TrialScheduler.choose_trial_to_run(self, fresh)
-        if chosen is None and starved:  # soft-stopped trials run only when nothing else can
-            return TrialScheduler.choose_trial_to_run(self, candidates)
+    def choose_trial_to_run(self, candidates: Candidates | Sequence[Trial]) -> Trial | None:
+        """FIFO, except that trials paused as poor (hard_stop=False) run only when
+        nothing else can (`candidates.starved`); then they run to the end, as in Ray."""
+        pool = Candidates.of(candidates)
+        chosen = pool.first_pending()
+        if chosen is None:
+            paused = pool.paused.values()
+            chosen = next((t for t in paused if t.trial_id not in self._stopped), None)
+        if chosen is None and pool.starved:
+            chosen = pool.first_paused()
+        self._others_waiting = len(pool) > (chosen is not None)
         return chosen
-
-    def on_trial_complete(self, trial: Trial, result: dict[str, Any] | None) -> None:
-        self._starve.ended(trial.trial_id)
-
-    def on_trial_remove(self, trial: Trial) -> None:
-        self._starve.ended(trial.trial_id)
 
     def _sign(self) -> float:
         return direction(type(self).__name__, self.metric, self.mode)
@@ -238,17 +232,17 @@ class MedianStoppingRule(TrialScheduler):
             "metric": self.metric,
             "mode": self.mode,
             "results": self._results,
-            "stopped": self._stopped,
+            "stopped": list(self._stopped),
             "last_start": self._last_start,
             "gone": self._gone,
-            "starvation": self._starve.get_state(),
+            "others_waiting": self._others_waiting,
         }
 
     def set_state(self, state: dict[str, Any]) -> None:
         self.metric, self.mode = state["metric"], state["mode"]
         self._results = {k: [list(p) for p in v] for k, v in state["results"].items()}
-        self._stopped = list(state["stopped"])
+        self._stopped = dict.fromkeys(state["stopped"])
         self._last_start = dict(state["last_start"])
         self._gone = list(state["gone"])
-        self._starve.set_state(state["starvation"])
+        self._others_waiting = bool(state.get("others_waiting", False))
         self._reset_caches()
