@@ -30,7 +30,8 @@ from tunefleet.checkpoint import (
     persist_checkpoint,
     remove_temporaries,
 )
-from tunefleet.schedulers._base import Decision, Exploit, TrialScheduler
+from tunefleet.resources import normalize_resources
+from tunefleet.schedulers._base import Cluster, Decision, Exploit, Resize, TrialScheduler
 from tunefleet.schedulers._candidates import Candidates
 from tunefleet.search._base import FINISHED, Searcher
 from tunefleet.trial import PAUSED_BY_SCHEDULER, FailureKind, FailureRecord, Trial, TrialStatus
@@ -126,6 +127,9 @@ class Controller:
         self._committed = 0.0  # time.monotonic() of the last commit
         self._exploits: dict[str, Exploit] = {}  # decided, carried out when the trial pauses
         self._restore_from: dict[str, str] = {}  # exploited trials: resume from this copy
+        self._resizes: dict[str, dict[str, float]] = {}  # decided, applied when paused
+        self._held_back: Trial | None = None  # chosen, waits until its resources are free
+        scheduler.set_cluster(Cluster(backend.capacity(), self.running, spec.resources))
         if trials:  # resumed: retention knows what each trial kept
             for trial_id, path, result in store.kept_checkpoints():
                 self._to_delete.extend(keeper.add(trial_id, path, result))
@@ -192,10 +196,15 @@ class Controller:
     # -- phase 1: fill free slots ---------------------------------------------------------
     def _fill_slots(self) -> None:
         while self.stop_reason is None and len(self.running) < self.spec.max_concurrent:
-            if not self.backend.can_start(self.spec.resources):
+            if self._held_back is None and not self.backend.can_start(self.spec.resources):
                 return
-            trial = self._next_trial()
+            trial = self._held_back or self._next_trial()
             if trial is None:
+                return
+            # A trial whose resources were changed may need more than is free now: it
+            # starts first once they are (the scheduler's choice stands).
+            self._held_back = None if self.backend.can_start(trial.resources) else trial
+            if self._held_back is not None:
                 return
             self._launch(trial)
 
@@ -434,9 +443,35 @@ class Controller:
                 return Decision.CONTINUE
             self._exploits[trial.trial_id] = decision
             decision = Decision.PAUSE
+        elif isinstance(decision, Resize):
+            resources = self._checked_resize(trial, decision)
+            if resources is None:
+                return Decision.CONTINUE
+            self._resizes[trial.trial_id] = resources
+            decision = Decision.PAUSE
         if decision is not Decision.CONTINUE:
             trial.stop_reason = f"scheduler ({type(self.scheduler).__name__})"
         return decision
+
+    def _checked_resize(self, trial: Trial, resize: Resize) -> dict[str, float] | None:
+        """The new resources, or None (with a warning) when they can never fit."""
+        name = type(self.scheduler).__name__
+        try:
+            resources = normalize_resources(dict(resize.resources), f"{name}: Resize.resources")
+        except (TypeError, ValueError) as exc:
+            logger.warning("Trial %s: %s; it continues unchanged", trial.trial_id, exc)
+            return None
+        unfit = self.backend.unfit_reason(resources)
+        if unfit is not None:
+            logger.warning(
+                "Trial %s: %s asked for %s, which never fits (%s); it continues unchanged",
+                trial.trial_id,
+                name,
+                resources,
+                unfit,
+            )
+            return None
+        return resources
 
     def _can_exploit(self, trial: Trial, exploit: Exploit) -> bool:
         source = self.trials.get(exploit.source_trial_id)
@@ -559,6 +594,12 @@ class Controller:
             exploit = self._exploits.pop(trial.trial_id, None)
             if exploit is not None and event.how == "paused":
                 self._exploit(trial, exploit)
+            resources = self._resizes.pop(trial.trial_id, None)
+            if resources is not None and event.how == "paused":
+                self.store.add_event(
+                    trial.trial_id, "resized", {"old": trial.resources, "new": resources}
+                )
+                trial.resources = resources
             self._set_status(trial, TrialStatus.PAUSED)
             self._wait(trial)
             return

@@ -79,6 +79,10 @@ class Backend(ABC):
     def capacity(self) -> dict[str, float]:
         """Total resources (cpu, gpu, memory in bytes, custom) trials may use."""
 
+    def unfit_reason(self, resources: dict[str, float]) -> str | None:
+        """None if `resources` fit when nothing else runs, else why they never do."""
+        return None
+
     @abstractmethod
     def can_start(self, resources: dict[str, float]) -> bool:
         """True if a trial needing `resources` fits in what is free now."""

@@ -7,7 +7,7 @@ results, and answers with a `Decision`; the controller and backend carry it out.
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,7 +36,43 @@ class Exploit:
     new_config: dict[str, Any] = field(default_factory=dict)
 
 
-SchedulerDecision = Decision | Exploit
+@dataclass(frozen=True)
+class Resize:
+    """ResourceChangingScheduler's decision: pause the trial, then run it again from its
+    checkpoint with `resources` (e.g. ``{"cpu": 2.0, "gpu": 0.0}``)."""
+
+    resources: dict[str, float]
+
+
+SchedulerDecision = Decision | Exploit | Resize
+
+
+class Cluster:
+    """What a scheduler may know of the resources: a live view kept by the controller.
+
+    Attributes:
+        capacity: everything the backend has, e.g. ``{"cpu": 8.0, "gpu": 1.0, ...}``.
+        running: the running trials by id (each with its `resources`); do not modify.
+        base_resources: what each trial asked for (`tune.with_resources`).
+    """
+
+    def __init__(
+        self,
+        capacity: Mapping[str, float],
+        running: Mapping[str, Trial],
+        base_resources: Mapping[str, float],
+    ) -> None:
+        self.capacity = dict(capacity)
+        self.running = running
+        self.base_resources = dict(base_resources)
+
+    def free(self) -> dict[str, float]:
+        """Capacity minus what the running trials hold."""
+        free = dict(self.capacity)
+        for trial in self.running.values():
+            for name, amount in trial.resources.items():
+                free[name] = free.get(name, 0.0) - amount
+        return free
 
 
 class TrialScheduler:
@@ -93,6 +129,9 @@ class TrialScheduler:
         """
         pool = Candidates.of(candidates)
         return pool.first_pending() or pool.first_paused()
+
+    def set_cluster(self, cluster: Cluster) -> None:
+        """Called once before the first trial starts (ResourceChangingScheduler uses it)."""
 
     def exploit_on_resume(self, trial: Trial) -> Exploit | None:
         """Called for a PAUSED trial this scheduler chose to run, right before it runs.
