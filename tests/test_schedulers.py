@@ -6,7 +6,7 @@ import json
 import math
 import random
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import pytest
@@ -20,8 +20,11 @@ from tunefleet.schedulers import (
     HyperBandForBOHB,
     HyperBandScheduler,
     MedianStoppingRule,
+    Resize,
+    ResourceChangingScheduler,
     TrialScheduler,
 )
+from tunefleet.schedulers._base import Cluster
 from tunefleet.schedulers._candidates import Candidates
 from tunefleet.schedulers._common import result_time, score
 from tunefleet.trial import PAUSED_BY_SCHEDULER, Trial, TrialStatus
@@ -44,14 +47,48 @@ FACTORIES: dict[str, Factory] = {
     "median_soft": lambda: MedianStoppingRule(
         metric="loss", mode="min", time_attr="training_iteration", grace_period=2, hard_stop=False
     ),
+    "resource_changing": lambda: ResourceChangingScheduler(
+        ASHAScheduler(metric="loss", mode="min", max_t=27, reduction_factor=3, promotion=True)
+    ),
 }
-MAX_T = {"asha": 27, "asha_brackets": 27, "asha_promotion": 27, "hyperband": 27, "bohb": 27}
+MAX_T = {
+    "asha": 27,
+    "asha_brackets": 27,
+    "asha_promotion": 27,
+    "hyperband": 27,
+    "bohb": 27,
+    "resource_changing": 27,
+}
 
 
 def make_trial(i: int) -> Trial:
     return Trial(
-        trial_id=f"t{i:03d}", index=i, name=f"t{i}", config={"x": i}, resources={}, path=""
+        trial_id=f"t{i:03d}",
+        index=i,
+        name=f"t{i}",
+        config={"x": i},
+        resources={"cpu": 1.0, "gpu": 0.0},
+        path="",
     )
+
+
+class _Running(Mapping[str, Trial]):
+    """The running trials of a list, as the controller's live `running` dict."""
+
+    def __init__(self, trials: list[Trial]) -> None:
+        self.trials = trials
+
+    def _now(self) -> dict[str, Trial]:
+        return {t.trial_id: t for t in self.trials if t.status is TrialStatus.RUNNING}
+
+    def __getitem__(self, key: str) -> Trial:
+        return self._now()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._now())
+
+    def __len__(self) -> int:
+        return len(self._now())
 
 
 def restored(factory: Factory, sched: TrialScheduler) -> TrialScheduler:
@@ -85,6 +122,8 @@ class Sim:
         self.decisions: list[Any] = []
         self.starved = False
         self.ended_unresumed: list[str] = []
+        self.cluster = Cluster({"cpu": 8.0}, _Running(self.trials), {"cpu": 1.0})
+        self.sched.set_cluster(self.cluster)
 
     def both(self, name: str, *args: Any) -> Any:
         out = getattr(self.sched, name)(*args)
@@ -127,6 +166,9 @@ class Sim:
         self.iters[trial.trial_id].append(it)
         decision = self.both("on_trial_result", trial, result)
         self.decisions.append(decision)
+        if isinstance(decision, Resize):  # as the controller: pause, then new resources
+            trial.resources = decision.resources
+            decision = Decision.PAUSE
         assert decision in (Decision.CONTINUE, Decision.PAUSE, Decision.STOP)
         if decision is Decision.PAUSE:
             trial.status = TrialStatus.PAUSED
@@ -140,6 +182,7 @@ class Sim:
         for event in range(max_events):
             if restore_at is not None and event == restore_at:
                 self.shadow = restored(self.factory, self.sched)
+                self.shadow.set_cluster(self.cluster)
             self.fill()
             running = [t for t in self.trials if t.status is TrialStatus.RUNNING]
             if not running:
