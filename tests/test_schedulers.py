@@ -470,3 +470,12 @@ def test_metric_and_mode_required(cls: type[TrialScheduler]) -> None:
         sched.on_trial_add(make_trial(0))
     sched.set_search_properties("loss", "min")
     sched.on_trial_add(make_trial(0))
+
+
+def test_hyperband_for_bohb_annotates_results_with_the_budget() -> None:
+    sched = HyperBandForBOHB(metric="loss", mode="min", max_t=9, reduction_factor=3)
+    trial = make_trial(0)
+    sched.on_trial_add(trial)
+    result: dict[str, Any] = {"training_iteration": 1, "loss": 0.5}
+    sched.on_trial_result(trial, result)
+    assert result["hyperband_info"] == {"budget": 1, "bracket": 0}  # largest bracket first

@@ -410,9 +410,9 @@ class Controller:
         seen = self._for_algorithms(trial, result)
         if seen is _NAN_FAILED:
             return
-        if seen is not None:
-            self.searcher.on_trial_result(trial.trial_id, seen)
+        if seen is not None:  # the scheduler first, as in Ray (HyperBandForBOHB annotates)
             decision = self._scheduler_decision(trial, seen)
+            self.searcher.on_trial_result(trial.trial_id, seen)
         if (
             decision is Decision.CONTINUE
             and self.stopper is not None

@@ -243,6 +243,16 @@ class HyperBandScheduler(TrialScheduler):
 
 
 class HyperBandForBOHB(HyperBandScheduler):
-    """HyperBand for BOHB: fills the largest (most exploratory) bracket first, as Ray."""
+    """HyperBand for BOHB: fills the largest (most exploratory) bracket first, as Ray.
+
+    Every result it sees gets ``result["hyperband_info"] = {"budget": r}``, the
+    milestone the trial's bracket is at, so that a BOHB searcher (which is told of
+    the result after the scheduler) fits its model per budget.
+    """
 
     _largest_first = True
+
+    def on_trial_result(self, trial: Trial, result: dict[str, Any]) -> Decision:
+        bracket = self._join(trial.trial_id)
+        result["hyperband_info"] = {"budget": bracket["r"], "bracket": self._of[trial.trial_id]}
+        return super().on_trial_result(trial, result)
