@@ -101,8 +101,8 @@ def test_bad_arguments_name_the_value() -> None:
         pbt(quantile_fraction=0.7)
     with pytest.raises(ValueError, match=r"needs hyperparam_mutations or custom_explore_fn"):
         PopulationBasedTraining(hyperparam_mutations=None)
-    with pytest.raises(ValueError, match=r"synch=True\) is not supported yet"):
-        pbt(synch=True)
+    with pytest.raises(ValueError, match=r"perturbation_interval=0 must be > 0"):
+        pbt(perturbation_interval=0, synch=True)
     with pytest.raises(ValueError, match=r"hyperparam_mutations\['lr'\]=3"):
         _mutate({"lr": 1}, {"lr": 3}, random.Random(0), 0.0, (1.2,))
     s = PopulationBasedTraining(hyperparam_mutations={"lr": [1, 2]})

@@ -7,6 +7,7 @@ from tunefleet.schedulers._fifo import FIFOScheduler
 from tunefleet.schedulers._hyperband import HyperBandForBOHB, HyperBandScheduler
 from tunefleet.schedulers._lineage import pbt_schedule
 from tunefleet.schedulers._median import MedianStoppingRule
+from tunefleet.schedulers._pb2 import PB2
 from tunefleet.schedulers._pbt import PopulationBasedTraining
 from tunefleet.schedulers._resource_changing import (
     DistributeResources,
@@ -15,6 +16,7 @@ from tunefleet.schedulers._resource_changing import (
 )
 
 __all__ = [
+    "PB2",
     "ASHAScheduler",
     "AsyncHyperBandScheduler",
     "Candidates",
