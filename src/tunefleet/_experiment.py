@@ -117,6 +117,7 @@ def _meta(
         "trainable": trainable_name(trainable),
         "metric": tune_config.metric,
         "mode": tune_config.mode,
+        "constraints": tune_config.constraints,
         "param_space": space_to_json(param_space),
         "num_samples": tune_config.num_samples,
         "created_at": time.time(),
@@ -242,7 +243,11 @@ def _searcher(tune_config: TuneConfig, param_space: dict[str, Any]) -> Searcher:
             f"TuneConfig.search_alg={searcher!r} is not a tunefleet Searcher (see tunefleet.search)"
         )
     ok = searcher.set_search_properties(
-        tune_config.metric, tune_config.mode, param_space, num_samples=tune_config.num_samples
+        tune_config.metric,
+        tune_config.mode,
+        param_space,
+        num_samples=tune_config.num_samples,
+        constraints=tune_config.constraints,
     )
     if not ok:
         raise ValueError(f"{type(searcher).__name__} cannot be used with this search space")

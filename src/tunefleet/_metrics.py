@@ -8,8 +8,12 @@ floats, never bools; an int too large for a float counts as an infinity.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
+
+#: TuneConfig.metric / mode: one objective, or a list of them (several objectives)
+MetricSpec = str | list[str] | None
+ModeSpec = str | list[str] | None
 
 MISSING: Final = object()
 """What `lookup` returns for a key the result does not have."""
@@ -40,3 +44,122 @@ def as_number(value: Any) -> float | None:
 def metric_value(result: Mapping[str, Any], metric: str) -> float | None:
     """The numeric value of `metric` in one result, or None (missing or not a number)."""
     return as_number(lookup(result, metric))
+
+
+def objectives(metric: MetricSpec, mode: ModeSpec) -> list[tuple[str, str]]:
+    """The (metric, mode) pairs to optimise: none, one, or several (multi-objective).
+
+    The arguments were validated already (`TuneConfig.validate`); a single mode with
+    several metrics applies to all of them.
+    """
+    if metric is None:
+        return []
+    if isinstance(metric, str):
+        return [(metric, mode if isinstance(mode, str) else "min")]
+    modes = [mode] * len(metric) if isinstance(mode, str) or mode is None else list(mode)
+    return [(m, d or "min") for m, d in zip(metric, modes, strict=True)]
+
+
+def dominates(a: Sequence[float], b: Sequence[float]) -> bool:
+    """Pareto dominance of "higher is better" vectors: a >= b everywhere, > somewhere."""
+    return all(x >= y for x, y in zip(a, b, strict=True)) and any(
+        x > y for x, y in zip(a, b, strict=True)
+    )
+
+
+def non_dominated_sort(points: Sequence[Sequence[float]]) -> list[list[int]]:
+    """Fronts of indices (front 0 = the Pareto front) of "higher is better" vectors.
+
+    Deb's fast non-dominated sort, O(M n^2): fine for the thousands of points of a
+    rung or a results table.
+    """
+    n = len(points)
+    dominated_by: list[list[int]] = [[] for _ in range(n)]
+    count = [0] * n
+    for i in range(n):
+        for j in range(i + 1, n):
+            if dominates(points[i], points[j]):
+                dominated_by[i].append(j)
+                count[j] += 1
+            elif dominates(points[j], points[i]):
+                dominated_by[j].append(i)
+                count[i] += 1
+    fronts: list[list[int]] = []
+    current = [i for i in range(n) if count[i] == 0]
+    while current:
+        fronts.append(current)
+        following: list[int] = []
+        for i in current:
+            for j in dominated_by[i]:
+                count[j] -= 1
+                if count[j] == 0:
+                    following.append(j)
+        current = sorted(following)
+    return fronts
+
+
+def crowding_distance(points: Sequence[Sequence[float]], front: Sequence[int]) -> dict[int, float]:
+    """NSGA-II's crowding distance of each index of one front (inf at the extremes)."""
+    distance = dict.fromkeys(front, 0.0)
+    if len(front) <= 2:
+        return dict.fromkeys(front, math.inf)
+    for k in range(len(points[front[0]])):
+        ordered = sorted(front, key=lambda i: points[i][k])
+        low, high = points[ordered[0]][k], points[ordered[-1]][k]
+        distance[ordered[0]] = distance[ordered[-1]] = math.inf
+        if high == low:
+            continue
+        for before, i, after in zip(ordered, ordered[1:], ordered[2:], strict=False):
+            distance[i] += (points[after][k] - points[before][k]) / (high - low)
+    return distance
+
+
+def one_objective(owner: str, metric: MetricSpec, mode: ModeSpec) -> bool:
+    """False when the experiment has several objectives; raise if `owner` needs one.
+
+    For algorithms that optimise one metric: True means "take the experiment's".
+    """
+    if not isinstance(metric, list) and not isinstance(mode, list):
+        return True
+    raise ValueError(
+        f"{owner} optimises one metric, but TuneConfig.metric={metric!r} has several: "
+        f"give {owner} its own metric= and mode=, or use an algorithm for several "
+        "objectives (see docs/search.md)"
+    )
+
+
+def pareto_front(points: Sequence[Sequence[float]]) -> list[int]:
+    """Indices of the non-dominated "higher is better" vectors, in their order.
+
+    Sorted by the objectives (best first), a point can only be dominated by one
+    before it, so only the front found so far is checked: O(n log n + n * front).
+    """
+    order = sorted(range(len(points)), key=lambda i: tuple(-v for v in points[i]))
+    front: list[int] = []
+    for i in order:
+        # a dominator sorts first; one off the front is dominated by a front member
+        if not any(dominates(points[j], points[i]) for j in front):
+            front.append(i)
+    return sorted(front)
+
+
+def objective_point(
+    result: Mapping[str, Any], pairs: Sequence[tuple[str, str]]
+) -> list[float] | None:
+    """The result's objectives as a "higher is better" vector; None unless all finite."""
+    point = []
+    for metric, mode in pairs:
+        value = metric_value(result, metric)
+        if value is None or not math.isfinite(value):
+            return None
+        point.append(value if mode == "max" else -value)
+    return point
+
+
+def is_feasible(result: Mapping[str, Any], constraints: Sequence[str]) -> bool:
+    """True when every constraint value is reported, a number, and <= 0."""
+    for name in constraints:
+        value = metric_value(result, name)
+        if value is None or not value <= 0:  # NaN is not feasible
+            return False
+    return True

@@ -15,7 +15,14 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Any, TextIO
 
-from tunefleet._metrics import metric_value
+from tunefleet._metrics import (
+    MetricSpec,
+    ModeSpec,
+    metric_value,
+    objective_point,
+    objectives,
+    pareto_front,
+)
 from tunefleet._redact import RedactingFilter, redact, redact_text
 from tunefleet.trial import Trial, TrialStatus
 
@@ -48,11 +55,19 @@ def warnings_shown(verbose: int) -> Iterator[None]:
 
 class StatusReporter:
     def __init__(
-        self, *, verbose: int, metric: str | None, mode: str | None, out: TextIO | None = None
+        self,
+        *,
+        verbose: int,
+        metric: MetricSpec,
+        mode: ModeSpec,
+        out: TextIO | None = None,
     ):
         self.verbose = verbose
-        self.metric = metric
-        self.mode = mode
+        # One objective: its best trial is shown. Several: the Pareto front at the end.
+        self.objectives = objectives(metric, mode)
+        single = len(self.objectives) == 1 and isinstance(metric, str)
+        self.metric: str | None = self.objectives[0][0] if single else None
+        self.mode: str | None = self.objectives[0][1] if single else None
         self.out = out or sys.stdout
         self.tty = self.out.isatty()
         self.interval = 1.0 if self.tty else 30.0
@@ -124,6 +139,8 @@ class StatusReporter:
                 f" (last result, mode={self.mode})"
             )
             lines.append(f"  config: {redact(best.config)}")
+        if len(self.objectives) > 1:
+            lines.extend(self._front_lines(trials))
         failed = [t for t in trials if t.status is TrialStatus.ERROR]
         for trial in failed[:20]:
             cause = trial.error.one_line() if trial.error else "unknown cause"
@@ -143,6 +160,25 @@ class StatusReporter:
         if self.tty and self._line_len:
             self.out.write("\n")
         self._print(self.summary(trials, experiment_path, stop_reason))
+
+    def _front_lines(self, trials: list[Trial]) -> list[str]:
+        names = ", ".join(f"{m} ({d})" for m, d in self.objectives)
+        scored: list[tuple[Trial, list[float]]] = []
+        for trial in trials:
+            point = objective_point(trial.last_result or {}, self.objectives)
+            if point is not None:
+                scored.append((trial, point))
+        if not scored:
+            return [f"Pareto front of {names}: no trial reported them all"]
+        front = [scored[i][0] for i in pareto_front([p for _, p in scored])]
+        lines = [f"Pareto front of {names}: {len(front)} trials (last results)"]
+        for trial in front[:5]:
+            result = trial.last_result or {}
+            shown = ", ".join(f"{m}={_num(metric_value(result, m))}" for m, _ in self.objectives)
+            lines.append(f"  {trial.trial_id}: {shown}")
+        if len(front) > 5:
+            lines.append(f"  ... and {len(front) - 5} more (ResultGrid.get_pareto_front())")
+        return lines
 
     def _describe(self, trial: Trial) -> str:
         if trial.status is TrialStatus.ERROR and trial.error is not None:

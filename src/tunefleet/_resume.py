@@ -68,6 +68,7 @@ def tune_config_json(config: TuneConfig) -> dict[str, Any]:
     return {
         "metric": config.metric,
         "mode": config.mode,
+        "constraints": config.constraints,
         "num_samples": config.num_samples,
         "max_concurrent_trials": config.max_concurrent_trials,
         "time_budget_s": config.time_budget_s,

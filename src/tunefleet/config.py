@@ -132,8 +132,8 @@ class FailureConfig:
 class TuneConfig:
     """How to search: the metric, the algorithms, how many trials and how many at once."""
 
-    metric: str | None = None
-    mode: str | None = None
+    metric: str | list[str] | None = None  # a list: several objectives (a Pareto front)
+    mode: str | list[str] | None = None
     search_alg: Any = None
     scheduler: Any = None
     num_samples: int = 1
@@ -142,16 +142,41 @@ class TuneConfig:
     reuse_actors: bool = True
     trial_name_creator: Callable[[Trial], str] | None = None
     trial_dirname_creator: Callable[[Trial], str] | None = None
+    #: Names of reported values that must be <= 0 for a trial to be feasible (Optuna's
+    #: and Syne Tune's convention); searchers that support constraints use them.
+    constraints: list[str] | None = None
 
     def validate(self) -> None:
-        if self.metric is not None and (not isinstance(self.metric, str) or not self.metric):
-            raise ValueError(f"TuneConfig.metric={self.metric!r} is not valid: it must be a name")
-        _mode("TuneConfig.mode", self.mode)
+        if isinstance(self.metric, (list, tuple)):
+            self._validate_objectives()
+        else:
+            if self.metric is not None and (not isinstance(self.metric, str) or not self.metric):
+                raise ValueError(
+                    f"TuneConfig.metric={self.metric!r} is not valid: it must be a name or a "
+                    "list of names (several objectives)"
+                )
+            if isinstance(self.mode, (list, tuple)):
+                raise ValueError(
+                    f"TuneConfig.mode={self.mode!r} is a list but metric={self.metric!r} is "
+                    "not: give a list of metrics of the same length for several objectives"
+                )
+            _mode("TuneConfig.mode", self.mode)
         if (self.metric is None) != (self.mode is None):
             raise ValueError(
                 f"TuneConfig: metric={self.metric!r} and mode={self.mode!r} go together: "
                 "give both or neither"
             )
+        if self.constraints is not None:
+            if isinstance(self.constraints, str) or not isinstance(self.constraints, list):
+                raise ValueError(
+                    f"TuneConfig.constraints={self.constraints!r} is not valid: it must be a "
+                    "list of reported names (feasible when every value is <= 0)"
+                )
+            for i, name in enumerate(self.constraints):
+                if not isinstance(name, str) or not name:
+                    raise ValueError(
+                        f"TuneConfig.constraints[{i}]={name!r} is not valid: it must be a name"
+                    )
         _positive_int("TuneConfig.num_samples", self.num_samples, allow=(-1,))
         if self.max_concurrent_trials is not None:  # 0: no limit, as in Ray Tune
             _positive_int(
@@ -163,6 +188,29 @@ class TuneConfig:
             value = getattr(self, name)
             if value is not None and not callable(value):
                 raise TypeError(f"TuneConfig.{name} must be a function of the trial, not {value!r}")
+
+    def _validate_objectives(self) -> None:
+        metrics = list(self.metric or [])
+        if not metrics:
+            raise ValueError("TuneConfig.metric=[] is not valid: give at least one name")
+        for i, name in enumerate(metrics):
+            if not isinstance(name, str) or not name:
+                raise ValueError(f"TuneConfig.metric[{i}]={name!r} is not valid: it must be a name")
+        if len(set(metrics)) != len(metrics):
+            raise ValueError(f"TuneConfig.metric={self.metric!r} names a metric twice")
+        modes = self.mode
+        if isinstance(modes, str):
+            modes = [modes] * len(metrics)  # one mode for every objective
+        if not isinstance(modes, (list, tuple)) or len(modes) != len(metrics):
+            raise ValueError(
+                f"TuneConfig.mode={self.mode!r} does not match metric={self.metric!r}: give "
+                "one mode per metric, e.g. mode=['min', 'max']"
+            )
+        for i, mode in enumerate(modes):
+            _mode(f"TuneConfig.mode[{i}]", mode)
+            if mode is None:
+                raise ValueError(f"TuneConfig.mode[{i}]=None is not valid: use 'min' or 'max'")
+        self.metric, self.mode = list(metrics), list(modes)
 
 
 @dataclass

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tunefleet._metrics import MISSING, as_number, lookup, metric_value
+from tunefleet._metrics import MISSING, as_number, lookup, metric_value, objectives
 from tunefleet._paths import safe_child, trial_dirname
 from tunefleet.backends._base import Backend, Event, Finished, Results, TrialLaunch
 from tunefleet.callbacks import Callback
@@ -51,8 +51,8 @@ class ExperimentSpec:
     path: str
     trainable_name: str
     resources: dict[str, float]
-    metric: str | None = None
-    mode: str | None = None
+    metric: str | list[str] | None = None  # a list: several objectives
+    mode: str | list[str] | None = None
     num_samples: int = 1
     max_concurrent: int = 1
     time_budget_s: float | None = None
@@ -122,7 +122,9 @@ class Controller:
         self._started = clock()
         self._missing_metric_warned: set[str] = set()
         self._ctrl_c = _CtrlC()
-        self._worst: float | None = None  # worst finite metric value seen (nan_policy)
+        # The objectives: one (metric, mode), or several (multi-objective search).
+        self._objectives = objectives(spec.metric, spec.mode)
+        self._worst: dict[str, float] = {}  # worst finite value per objective (nan_policy)
         self._to_delete: list[str] = []  # checkpoints to delete after the next commit
         self._committed = 0.0  # time.monotonic() of the last commit
         self._exploits: dict[str, Exploit] = {}  # decided, carried out when the trial pauses
@@ -517,62 +519,67 @@ class Controller:
         self._restore_from[trial.trial_id] = copied
 
     def _for_algorithms(self, trial: Trial, result: dict[str, Any]) -> Any:
-        """The result as searchers and schedulers see it: never with a NaN metric.
+        """The result as searchers and schedulers see it: never with a NaN objective.
 
-        None: they do not see it (metric missing). `_NAN_FAILED`: the metric was NaN
-        or infinite and the trial failed (nan_policy="error"). With "worst", the value
-        is replaced by the worst finite value seen so far in the experiment.
+        None: they do not see it (an objective missing). `_NAN_FAILED`: an objective was
+        NaN or infinite and the trial failed (nan_policy="error"). With "worst", the
+        value is replaced by the worst finite value of that objective seen so far.
         """
         if not self._usable(trial, result):
             return None
-        metric = self.spec.metric
-        if metric is None:
-            return result
-        value = metric_value(result, metric)
-        assert value is not None  # _usable checked it is a number
-        if math.isfinite(value):
-            self._note_worst(value)
-            return result
-        if self.spec.nan_policy == "worst":
-            return None if self._worst is None else _with_value(result, metric, self._worst)
-        self.stopping.add(trial.trial_id)
-        self.backend.stop_trial(trial.trial_id, trial.epoch)
-        self._on_failed(
-            trial,
-            FailureRecord(
-                kind=FailureKind.NAN_METRIC,
-                message=(
-                    f"metric {metric!r} is {value} at iteration "
-                    f"{result.get('training_iteration')} (FailureConfig.nan_policy='error'; "
-                    "'worst' would count it as the worst value seen)"
+        seen = result
+        for metric, mode in self._objectives:
+            value = metric_value(result, metric)
+            assert value is not None  # _usable checked it is a number
+            if math.isfinite(value):
+                self._note_worst(metric, mode, value)
+                continue
+            if self.spec.nan_policy == "worst":
+                worst = self._worst.get(metric)
+                if worst is None:
+                    return None
+                seen = _with_value(seen, metric, worst)
+                continue
+            self.stopping.add(trial.trial_id)
+            self.backend.stop_trial(trial.trial_id, trial.epoch)
+            self._on_failed(
+                trial,
+                FailureRecord(
+                    kind=FailureKind.NAN_METRIC,
+                    message=(
+                        f"metric {metric!r} is {value} at iteration "
+                        f"{result.get('training_iteration')} (FailureConfig.nan_policy="
+                        "'error'; 'worst' would count it as the worst value seen)"
+                    ),
                 ),
-            ),
-        )
-        self.store.update_trial(trial)
-        return _NAN_FAILED
+            )
+            self.store.update_trial(trial)
+            return _NAN_FAILED
+        return seen
 
-    def _note_worst(self, value: float) -> None:
-        if self._worst is None or (value > self._worst) == (self.spec.mode != "max"):
-            self._worst = value
+    def _note_worst(self, metric: str, mode: str, value: float) -> None:
+        worst = self._worst.get(metric)
+        if worst is None or (value > worst) == (mode != "max"):
+            self._worst[metric] = value
 
     def _usable(self, trial: Trial, result: dict[str, Any]) -> bool:
-        """Whether the metric is present and a number (NaN included: see above)."""
-        metric = self.spec.metric
-        if metric is None:
-            return True
-        raw = lookup(result, metric)
-        if raw is MISSING:
-            if trial.trial_id not in self._missing_metric_warned:
-                self._missing_metric_warned.add(trial.trial_id)
-                logger.warning(
-                    "Trial %s reported a result without the metric %r (it has: %s); "
-                    "such results are recorded but not used by the searcher or scheduler",
-                    trial.trial_id,
-                    metric,
-                    ", ".join(sorted(k for k in result if k not in _AUTO_KEYS)) or "nothing",
-                )
-            return False
-        return as_number(raw) is not None
+        """Whether every objective is present and a number (NaN included: see above)."""
+        for metric, _ in self._objectives:
+            raw = lookup(result, metric)
+            if raw is MISSING:
+                if trial.trial_id not in self._missing_metric_warned:
+                    self._missing_metric_warned.add(trial.trial_id)
+                    logger.warning(
+                        "Trial %s reported a result without the metric %r (it has: %s); "
+                        "such results are recorded but not used by the searcher or scheduler",
+                        trial.trial_id,
+                        metric,
+                        ", ".join(sorted(k for k in result if k not in _AUTO_KEYS)) or "nothing",
+                    )
+                return False
+            if as_number(raw) is None:
+                return False
+        return True
 
     def _on_checkpoint(self, trial: Trial, path: str, result: dict[str, Any]) -> None:
         trial.latest_checkpoint = path
@@ -667,11 +674,14 @@ class Controller:
                 self.fatal_trial_error = TrialError(failure, trial.trial_id)
 
     def _clean(self, result: dict[str, Any] | None) -> dict[str, Any] | None:
-        """The result for a searcher: None unless its metric is present and finite."""
-        if result is None or self.spec.metric is None:
-            return result
-        value = metric_value(result, self.spec.metric)
-        return result if value is not None and math.isfinite(value) else None
+        """The result for a searcher: None unless every objective is present and finite."""
+        if result is None:
+            return None
+        for metric, _ in self._objectives:
+            value = metric_value(result, metric)
+            if value is None or not math.isfinite(value):
+                return None
+        return result
 
     # -- phase 3: experiment-level stop -----------------------------------------------------
     def _check_experiment_stop(self) -> None:

@@ -26,7 +26,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tunefleet._metrics import as_number, metric_value
+from tunefleet._metrics import (
+    MetricSpec,
+    ModeSpec,
+    as_number,
+    is_feasible,
+    metric_value,
+    objective_point,
+    pareto_front,
+)
 from tunefleet.checkpoint import Checkpoint
 from tunefleet.store import StoreReader, resolve_experiment
 from tunefleet.trial import FailureKind, FailureRecord, Trial, TrialStatus
@@ -101,6 +109,15 @@ class Result:
     _experiment: _Snapshot | None = field(default=None, repr=False, compare=False)
 
     @property
+    def feasible(self) -> bool | None:
+        """Whether the last result meets the experiment's `TuneConfig.constraints`
+        (every named value reported and <= 0); None when there are none."""
+        names = self._experiment.constraints if self._experiment else []
+        if not names:
+            return None
+        return is_feasible(self.metrics or {}, names)
+
+    @property
     def metrics_dataframe(self) -> pd.DataFrame:
         """Every result the trial reported, one row each (nested keys joined with "/")."""
         history = self._experiment.history().get(self.trial_id, []) if self._experiment else []
@@ -116,6 +133,7 @@ class _Snapshot:
             self.meta = reader.meta()
             self.trials = reader.trials()
             self.checkpoints = reader.all_checkpoints()
+        self.constraints: list[str] = list(self.meta.get("constraints") or [])
         self._history: dict[str, list[dict[str, Any]]] | None = None
 
     def history(self) -> dict[str, list[dict[str, Any]]]:
@@ -143,7 +161,10 @@ class _Snapshot:
     def best_trial(
         self, metric: str | None, mode: str | None, scope: str, filter_nan_and_inf: bool, where: str
     ) -> Trial:
-        """The best trial by `metric`/`mode` under Ray's `scope` rules (ties: lowest index)."""
+        """The best trial by `metric`/`mode` under Ray's `scope` rules (ties: lowest index).
+
+        With constraints, only trials whose last result is feasible qualify.
+        """
         metric, mode = _metric_and_mode(metric, mode, where)
         if scope not in SCOPES:
             raise ValueError(
@@ -154,6 +175,8 @@ class _Snapshot:
         best: tuple[tuple[bool, float], Trial] | None = None
         seen = 0
         for trial in self.trials:
+            if self.constraints and not is_feasible(trial.last_result or {}, self.constraints):
+                continue
             values = self.values(trial, metric, all_of_them=scope != "last")
             score = _score(values, scope, mode, filter_nan_and_inf)
             if score is None:
@@ -175,6 +198,10 @@ class _Snapshot:
         )
         if not self.trials:
             return f"{head}: the experiment has no trials"
+        if self.constraints and not any(
+            is_feasible(t.last_result or {}, self.constraints) for t in self.trials
+        ):
+            return f"{head}: no trial is feasible (constraints {self.constraints} must be <= 0)"
         if seen:
             return (
                 f"{head}: every value of {metric!r} is NaN or infinite ({seen} trial(s) reported "
@@ -242,12 +269,12 @@ class ResultGrid:
         self,
         experiment_path: str | os.PathLike[str],
         *,
-        metric: str | None = None,
-        mode: str | None = None,
+        metric: MetricSpec = None,
+        mode: ModeSpec = None,
     ) -> None:
         self._experiment = _Snapshot(experiment_path)
-        self._metric: str | None = metric or self._experiment.meta.get("metric")
-        self._mode: str | None = mode or self._experiment.meta.get("mode")
+        self._metric: MetricSpec = metric or self._experiment.meta.get("metric")
+        self._mode: ModeSpec = mode or self._experiment.meta.get("mode")
         self._results = [self._experiment.result(t) for t in self._experiment.trials]
 
     @property
@@ -300,14 +327,56 @@ class ResultGrid:
             ValueError: no metric or mode anywhere, or a bad mode or scope.
             RuntimeError: no trial has a usable value of the metric.
         """
-        trial = self._experiment.best_trial(
-            metric or self._metric,
-            mode or self._mode,
-            scope,
-            filter_nan_and_inf,
-            "ResultGrid.get_best_result()",
-        )
+        where = "ResultGrid.get_best_result()"
+        metric_, mode_ = metric or self._metric, mode or self._mode
+        if isinstance(metric_, list) or isinstance(mode_, list):
+            raise ValueError(
+                f"{where}: the experiment has several objectives (metric={metric_!r}); "
+                "there is no single best trial. Use get_pareto_front(), or pass metric= and "
+                "mode= to rank by one of them"
+            )
+        trial = self._experiment.best_trial(metric_, mode_, scope, filter_nan_and_inf, where)
         return next(r for r in self._results if r.trial_id == trial.trial_id)
+
+    def get_pareto_front(
+        self, metric: list[str] | None = None, mode: list[str] | str | None = None
+    ) -> list[Result]:
+        """The trials no other trial beats in every objective (their last results).
+
+        Args:
+            metric: the objectives (default: the experiment's, `TuneConfig.metric`).
+            mode: one mode per objective, or one for all (default: the experiment's).
+
+        Trials that did not report every objective as a finite number, and with
+        `TuneConfig.constraints` the infeasible ones, are left out. Order: the
+        trials' order.
+        """
+        where = "ResultGrid.get_pareto_front()"
+        metric_ = metric if metric is not None else self._metric
+        mode_ = mode if mode is not None else self._mode
+        if isinstance(metric_, str):
+            metric_ = [metric_]
+        if not metric_:
+            raise ValueError(
+                f"{where}: no objectives given. Pass metric=[...] and mode=[...], or set "
+                "TuneConfig(metric=[...], mode=[...]) when running the experiment"
+            )
+        if isinstance(mode_, str) or mode_ is None:
+            mode_ = [mode_] * len(metric_)  # type: ignore[list-item]
+        if len(mode_) != len(metric_) or any(m not in MODES for m in mode_):
+            raise ValueError(
+                f"{where}: mode={mode_!r} does not fit metric={metric_!r}: give 'min' or "
+                "'max' per objective"
+            )
+        pairs = list(zip(metric_, mode_, strict=True))
+        candidates: list[tuple[Result, list[float]]] = []
+        for result in self._results:
+            if result.feasible is False:
+                continue
+            point = objective_point(result.metrics or {}, pairs)
+            if point is not None:
+                candidates.append((result, point))
+        return [candidates[i][0] for i in pareto_front([p for _, p in candidates])]
 
     def get_dataframe(
         self, filter_metric: str | None = None, filter_mode: str | None = None

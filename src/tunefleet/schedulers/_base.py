@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tunefleet._metrics import MetricSpec, ModeSpec, one_objective
 from tunefleet.schedulers._candidates import Candidates
 from tunefleet.trial import Trial
 
@@ -97,11 +98,16 @@ class TrialScheduler:
         self.metric = metric
         self.mode = mode
 
-    def set_search_properties(self, metric: str | None, mode: str | None, **spec: Any) -> bool:
-        if self.metric is None:
-            self.metric = metric
-        if self.mode is None:
-            self.mode = mode
+    def set_search_properties(self, metric: MetricSpec, mode: ModeSpec, **spec: Any) -> bool:
+        """The experiment's metric and mode; the scheduler's own, when given, win."""
+        if self.metric is not None and self.mode is not None:
+            return True
+        if one_objective(type(self).__name__, metric, mode):
+            assert not isinstance(metric, list) and not isinstance(mode, list)
+            if self.metric is None:
+                self.metric = metric
+            if self.mode is None:
+                self.mode = mode
         return True
 
     def on_trial_add(self, trial: Trial) -> None:

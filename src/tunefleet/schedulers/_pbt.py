@@ -22,7 +22,7 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from tunefleet._metrics import metric_value
+from tunefleet._metrics import MetricSpec, ModeSpec, metric_value
 from tunefleet.schedulers._base import Decision, Exploit, SchedulerDecision, TrialScheduler
 from tunefleet.schedulers._candidates import Candidates
 from tunefleet.schedulers._common import result_time
@@ -134,7 +134,7 @@ class PopulationBasedTraining(TrialScheduler):
         self._released: list[str] = []
         self._planned: dict[str, tuple[str, dict[str, Any]]] = {}
 
-    def set_search_properties(self, metric: str | None, mode: str | None, **spec: Any) -> bool:
+    def set_search_properties(self, metric: MetricSpec, mode: ModeSpec, **spec: Any) -> bool:
         super().set_search_properties(metric, mode, **spec)
         if self.metric is None or self.mode is None:
             raise ValueError(

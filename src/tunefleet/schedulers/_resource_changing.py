@@ -14,7 +14,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from tunefleet._metrics import metric_value
+from tunefleet._metrics import MetricSpec, ModeSpec, metric_value
 from tunefleet.schedulers._base import (
     Cluster,
     Decision,
@@ -198,7 +198,7 @@ class ResourceChangingScheduler(TrialScheduler):
         self._cluster: Cluster | None = None
         self._resized: dict[str, None] = {}  # paused to change resources: resumed first
 
-    def set_search_properties(self, metric: str | None, mode: str | None, **spec: Any) -> bool:
+    def set_search_properties(self, metric: MetricSpec, mode: ModeSpec, **spec: Any) -> bool:
         self.base.set_search_properties(metric, mode, **spec)
         return super().set_search_properties(metric, mode, **spec)
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any, Final
 
+from tunefleet._metrics import MetricSpec, ModeSpec, one_objective
+
 FINISHED: Final = "FINISHED"
 """Returned by `suggest` when the searcher has no more configurations, ever."""
 
@@ -34,17 +36,23 @@ class Searcher(ABC):
         self.mode = mode
 
     def set_search_properties(
-        self, metric: str | None, mode: str | None, config: dict[str, Any], **spec: Any
+        self, metric: MetricSpec, mode: ModeSpec, config: dict[str, Any], **spec: Any
     ) -> bool:
-        """Receive the experiment's metric, mode, search space and `num_samples`.
+        """Receive the experiment's metric, mode, search space, `num_samples` and
+        `constraints` (names of reported values that must be <= 0).
 
-        Values the searcher was constructed with win over the experiment's.
+        Values the searcher was constructed with win over the experiment's. A
+        searcher for several objectives overrides this (the base takes one).
         Returns False if the searcher cannot use them.
         """
-        if self.metric is None:
-            self.metric = metric
-        if self.mode is None:
-            self.mode = mode
+        if self.metric is not None and self.mode is not None:
+            return True
+        if one_objective(type(self).__name__, metric, mode):
+            assert not isinstance(metric, list) and not isinstance(mode, list)
+            if self.metric is None:
+                self.metric = metric
+            if self.mode is None:
+                self.mode = mode
         return True
 
     @abstractmethod

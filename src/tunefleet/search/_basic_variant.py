@@ -13,6 +13,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
+from tunefleet._metrics import MetricSpec, ModeSpec
 from tunefleet.search._base import FINISHED, Searcher
 from tunefleet.space import (
     GRID_KEY,
@@ -93,10 +94,11 @@ class BasicVariantGenerator(Searcher):
         self._live: list[str] = []
 
     def set_search_properties(
-        self, metric: str | None, mode: str | None, config: dict[str, Any], **spec: Any
+        self, metric: MetricSpec, mode: ModeSpec, config: dict[str, Any], **spec: Any
     ) -> bool:
         """Receive the search space and ``num_samples`` (default 1; -1: endless)."""
-        super().set_search_properties(metric, mode, config, **spec)
+        if not isinstance(metric, list):  # random search needs no objective, or takes any
+            super().set_search_properties(metric, mode, config, **spec)
         num_samples = spec.get("num_samples", 1)
         if isinstance(num_samples, bool) or not isinstance(num_samples, int):
             raise TypeError(f"num_samples={num_samples!r} must be an int")
