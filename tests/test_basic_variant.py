@@ -110,3 +110,9 @@ def test_bad_arguments_name_the_value() -> None:
         make({"x": 1}, num_samples=0)
     with pytest.raises(ValueError, match=r"state version"):
         make({"x": 1}).set_state({"version": 99})
+
+
+def test_basic_variant_generator_passes_the_searcher_conformance_suite() -> None:
+    from searcher_conformance import check_conformance
+
+    check_conformance(lambda: BasicVariantGenerator(seed=0))

@@ -734,8 +734,23 @@ class _Resolver:
         return value
 
 
+#: `resolve`'s hook for model-based searchers: ``(name, domain) -> value``. `name` is
+#: the domain's key path, with "[i]" after a choice when inside its i-th category (so
+#: each branch of a conditional space has its own names); for a `Categorical` it
+#: returns one of ``domain.categories`` (a sub-space is then resolved in turn).
+Chooser = Callable[[str, "Domain"], Any]
+
+
+def parameter_name(path: Sequence[object]) -> str:
+    """A flat, stable parameter name for a key path: ``"opt/[1]/lr"`` style."""
+    return "/".join(f"[{k.index}]" if isinstance(k, _Category) else str(k) for k in path)
+
+
 def resolve(
-    space: Mapping[str, Any], rng: random.Random, grid_point: Mapping[Path, Any] | None = None
+    space: Mapping[str, Any],
+    rng: random.Random,
+    grid_point: Mapping[Path, Any] | None = None,
+    chooser: Chooser | None = None,
 ) -> dict[str, Any]:
     """A concrete config: every domain sampled, grid values applied, sample_from computed.
 
@@ -745,22 +760,29 @@ def resolve(
 
     Args:
         space: the search space (a dict).
-        rng: the only source of randomness.
+        rng: the only source of randomness (sample_from functions get it too).
         grid_point: ``{path: value}`` for every grid_search in `space` (see `grid_points`).
+        chooser: when given, picks every domain's value instead of `rng` (a searcher's
+            model: Optuna's define-by-run trial, say); see `Chooser`.
     """
     if not isinstance(space, Mapping):
         raise SearchSpaceError(f"param_space must be a dict, got {type(space).__name__}")
     pending: list[_Pending] = []
     used: set[Path] = set()
 
-    def build(node: Any, path: Path) -> Any:
+    def build(node: Any, path: Path, name: tuple[object, ...] = ()) -> Any:
+        # `name`: `path` with the chosen category of each choice on the way
         if isinstance(node, Function):
             pending.append(_Pending(node, path))
             return pending[-1]
         if isinstance(node, Categorical):
-            return build(node.sample(rng), path)
+            if chooser is None:
+                return build(node.sample(rng), path, name)
+            picked = chooser(parameter_name(name), node)
+            index = _index_of(node.categories, picked)
+            return build(node.categories[index], path, (*name, _Category(index)))
         if isinstance(node, Domain):
-            return node.sample(rng)
+            return node.sample(rng) if chooser is None else chooser(parameter_name(name), node)
         if _is_grid(node):
             if grid_point is None or path not in grid_point:
                 raise SearchSpaceError(
@@ -771,11 +793,11 @@ def resolve(
             used.add(path)
             return build(grid_point[path], path)
         if isinstance(node, dict):
-            return {k: build(v, (*path, k)) for k, v in node.items()}
+            return {k: build(v, (*path, k), (*name, k)) for k, v in node.items()}
         if isinstance(node, tuple):
-            return _TupleBuild(build(v, (*path, i)) for i, v in enumerate(node))
+            return _TupleBuild(build(v, (*path, i), (*name, i)) for i, v in enumerate(node))
         if isinstance(node, list):
-            return [build(v, (*path, i)) for i, v in enumerate(node)]
+            return [build(v, (*path, i), (*name, i)) for i, v in enumerate(node)]
         return node
 
     tree = build(dict(space), ())
@@ -788,6 +810,17 @@ def resolve(
         resolver.value(item)
     result: dict[str, Any] = _freeze(tree)
     return result
+
+
+def _index_of(categories: Sequence[Any], picked: Any) -> int:
+    """The index of the category a chooser picked (identity first: sub-spaces are dicts)."""
+    for i, category in enumerate(categories):
+        if category is picked:
+            return i
+    for i, category in enumerate(categories):
+        if type(category) is type(picked) and category == picked:
+            return i
+    raise SearchSpaceError(f"the chooser picked {picked!r}, which is not one of {categories!r}")
 
 
 def _freeze(node: Any) -> Any:
