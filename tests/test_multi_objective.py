@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 import tunefleet as tune
 from tunefleet._metrics import crowding_distance, dominates, non_dominated_sort, pareto_front
-from tunefleet.schedulers import ASHAScheduler
+from tunefleet.schedulers import ASHAScheduler, HyperBandScheduler
 
 
 @settings(max_examples=60, deadline=None)
@@ -80,12 +80,12 @@ def test_pareto_front_and_constraints_end_to_end(storage: str, capsys: Any) -> N
 
 
 def test_single_metric_scheduler_needs_its_own_metric_with_several(storage: str) -> None:
-    with pytest.raises(ValueError, match="AsyncHyperBandScheduler optimises one metric"):
+    with pytest.raises(ValueError, match="HyperBandScheduler optimises one metric"):
         tune.Tuner(
             two_objectives,
             param_space={"x": tune.grid_search(XS)},
             tune_config=tune.TuneConfig(
-                metric=["loss", "latency"], mode="min", scheduler=ASHAScheduler(max_t=3)
+                metric=["loss", "latency"], mode="min", scheduler=HyperBandScheduler(max_t=3)
             ),
             run_config=tune.RunConfig(storage_path=storage, verbose=0),
         ).fit()

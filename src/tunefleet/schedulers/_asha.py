@@ -7,6 +7,10 @@ far, else it stops. Promotion form (the ASHA paper's, ``promotion=True``): a tri
 reaching a rung pauses; ``choose_trial_to_run`` resumes a paused trial when it is
 in the top ``1/reduction_factor`` of its rung, else lets a new trial start.
 Values are stored as "higher is better" (the direction is applied once).
+
+Several objectives (``metric=[...]``, ``mode=[...]``, MO-ASHA, Schmucker et al. 2021):
+a rung stores vectors and ranks them NSGA-II's way (non-dominated fronts, then
+crowding distance, see `_pareto`); "the top 1/eta" is by that order in both forms.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import random
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from tunefleet._metrics import MetricSpec, ModeSpec, objective_point
 from tunefleet.schedulers._base import Decision, TrialScheduler
 from tunefleet.schedulers._candidates import Candidates
 from tunefleet.schedulers._common import (
@@ -26,6 +31,7 @@ from tunefleet.schedulers._common import (
     result_time,
     score,
 )
+from tunefleet.schedulers._pareto import ParetoRung, check_objectives
 from tunefleet.trial import Trial
 
 
@@ -42,7 +48,9 @@ class AsyncHyperBandScheduler(TrialScheduler):
 
     Args:
         time_attr: the result key that measures progress (monotonically increasing).
-        metric, mode: what to optimise; taken from `TuneConfig` when None.
+        metric, mode: what to optimise; taken from `TuneConfig` when None. A list of
+            metrics (with one mode, or a list of modes) ranks each rung by non-dominated
+            sorting with crowding distance as tie-break (MO-ASHA).
         max_t: no trial runs past this `time_attr` (it is stopped there).
         grace_period: the first rung; no trial is stopped before it.
         reduction_factor: eta; about 1/eta of the trials continue at each rung.
@@ -54,14 +62,15 @@ class AsyncHyperBandScheduler(TrialScheduler):
 
     Example:
         >>> sched = ASHAScheduler(metric="loss", mode="min", max_t=27, reduction_factor=3)
+        >>> pareto = ASHAScheduler(metric=["loss", "latency"], mode=["min", "min"], max_t=27)
     """
 
     def __init__(
         self,
         *,
         time_attr: str = "training_iteration",
-        metric: str | None = None,
-        mode: str | None = None,
+        metric: str | list[str] | None = None,
+        mode: str | list[str] | None = None,
         max_t: float = 100,
         grace_period: float = 1,
         reduction_factor: float = 4,
@@ -70,8 +79,14 @@ class AsyncHyperBandScheduler(TrialScheduler):
         promotion: bool = False,
         seed: int | None = 0,
     ) -> None:
-        super().__init__(metric=metric, mode=mode)
         name = type(self).__name__
+        #: several objectives as (metric, mode) pairs; None: one, in `metric` and `mode`
+        self._objectives: list[tuple[str, str]] | None = None
+        if isinstance(metric, (list, tuple)) or isinstance(mode, (list, tuple)):
+            pairs = check_objectives(name, metric, mode)
+            metric, mode = pairs[0] if len(pairs) == 1 else (None, None)
+            self._objectives = pairs if len(pairs) > 1 else None
+        super().__init__(metric=metric, mode=mode)
         check_time_attr(name, time_attr)
         check_positive(name, "max_t", max_t)
         check_positive(name, "grace_period", grace_period)
@@ -98,6 +113,7 @@ class AsyncHyperBandScheduler(TrialScheduler):
                 m *= reduction_factor
             self._milestones.append(ms)
         self._rungs: list[list[dict[str, float]]] = [[{} for _ in ms] for ms in self._milestones]
+        self._pareto = [[ParetoRung() for _ in ms] for ms in self._milestones]  # several
         self._promoted: list[list[list[str]]] = [[[] for _ in ms] for ms in self._milestones]
         self._bracket: dict[str, int] = {}
         self._level: dict[str, int] = {}  # promotion: rungs passed
@@ -166,8 +182,22 @@ class AsyncHyperBandScheduler(TrialScheduler):
                 del waiting[bisect.bisect_left(waiting, self._key(b, k, trial_id))]
 
     # -- events --------------------------------------------------------------------------
+    def set_search_properties(self, metric: MetricSpec, mode: ModeSpec, **spec: Any) -> bool:
+        """The experiment's objectives, unless the scheduler has its own (they win)."""
+        if self._objectives is not None:
+            return True
+        several = isinstance(metric, (list, tuple)) or isinstance(mode, (list, tuple))
+        if several and self.metric is None and self.mode is None:
+            pairs = check_objectives(type(self).__name__, metric, mode)
+            if len(pairs) > 1:
+                self._objectives = pairs
+                return True
+            metric, mode = pairs[0]  # a list of one: the single-objective rule
+        return super().set_search_properties(metric, mode, **spec)
+
     def on_trial_add(self, trial: Trial) -> None:
-        self._sign()
+        if self._objectives is None:
+            self._sign()
         self._join(trial.trial_id)
 
     def _join(self, trial_id: str) -> int:
@@ -186,6 +216,8 @@ class AsyncHyperBandScheduler(TrialScheduler):
         return self._bracket[trial_id]
 
     def on_trial_result(self, trial: Trial, result: dict[str, Any]) -> Decision:
+        if self._objectives is not None:
+            return self._pareto_result(trial.trial_id, result, self._objectives)
         sign = self._sign()
         t = result_time(result, self.time_attr)
         if t is None:
@@ -262,7 +294,11 @@ class AsyncHyperBandScheduler(TrialScheduler):
 
     def _leave(self, trial_id: str) -> None:
         self._unpause(trial_id)
-        if self.promotion:  # a gone trial must not take a promotion slot
+        if self.promotion and self._objectives is not None:
+            for pareto_rungs in self._pareto:
+                for pareto_rung in pareto_rungs:
+                    pareto_rung.discard(trial_id)
+        elif self.promotion:  # a gone trial must not take a promotion slot
             for b, rungs in enumerate(self._rungs):
                 for k in range(len(rungs)):
                     self._unrecord(b, k, trial_id)
@@ -292,6 +328,8 @@ class AsyncHyperBandScheduler(TrialScheduler):
         return chosen
 
     def _best_promotable(self, paused: Mapping[str, Trial], *, relaxed: bool) -> Trial | None:
+        if self._objectives is not None:
+            return self._pareto_best_promotable(paused, relaxed=relaxed)
         for b, rungs in enumerate(self._rungs):
             for k in reversed(range(len(rungs))):
                 top = self._top(b, k, relaxed=relaxed)
@@ -306,13 +344,76 @@ class AsyncHyperBandScheduler(TrialScheduler):
                     return paused[trial_id]
         return None
 
+    # -- several objectives: the same rules, by NSGA-II's order --------------------------------
+    def _pareto_result(
+        self, trial_id: str, result: dict[str, Any], pairs: list[tuple[str, str]]
+    ) -> Decision:
+        t = result_time(result, self.time_attr)
+        point = objective_point(result, pairs)  # "higher is better"; None unless all finite
+        if t is None or point is None:
+            return Decision.CONTINUE  # ignored, as a result without the metric
+        b = self._join(trial_id)
+        if self.promotion:
+            decision = self._pareto_promotion(trial_id, b, t, point)
+        else:
+            decision = self._pareto_stopping(trial_id, b, t, point)
+        if self.stop_last_trials and t >= self.max_t:
+            return Decision.STOP
+        return decision
+
+    def _pareto_stopping(self, trial_id: str, b: int, t: float, point: list[float]) -> Decision:
+        for k in reversed(range(len(self._milestones[b]))):
+            if t < self._milestones[b][k]:
+                continue
+            rung = self._pareto[b][k]
+            if trial_id in rung:
+                break  # decided at this rung already
+            rung.record(trial_id, point)
+            # the top 1/eta rounded up, so the first arrival continues (as with one metric)
+            if rung.ahead(trial_id) >= math.ceil(len(rung) / self.reduction_factor):
+                return Decision.STOP
+            break
+        return Decision.CONTINUE
+
+    def _pareto_promotion(self, trial_id: str, b: int, t: float, point: list[float]) -> Decision:
+        if trial_id in self._paused_at:
+            return Decision.STOP  # resumed without a promotion: the experiment's end
+        ms = self._milestones[b]
+        while self._level[trial_id] < len(ms) and t >= ms[self._level[trial_id]]:
+            k = self._level[trial_id]
+            rung = self._pareto[b][k]
+            rung.record(trial_id, point)
+            top = math.floor(len(rung) / self.reduction_factor)
+            if trial_id in self._promoted_set[b][k] or rung.rank(trial_id) >= top:
+                self._paused_at[trial_id] = k
+                return Decision.PAUSE
+            self._promote(b, k, trial_id)  # in the top already: no pause needed
+        return Decision.CONTINUE
+
+    def _pareto_best_promotable(
+        self, paused: Mapping[str, Trial], *, relaxed: bool
+    ) -> Trial | None:
+        for b, rungs in enumerate(self._pareto):
+            for k in reversed(range(len(rungs))):
+                n = len(rungs[k]) / self.reduction_factor
+                top = math.ceil(n) if relaxed else math.floor(n)
+                for trial_id in rungs[k].order()[:top] if top else ():
+                    if (
+                        self._paused_at.get(trial_id) == k
+                        and trial_id in paused
+                        and trial_id not in self._promoted_set[b][k]
+                    ):
+                        self._promote(b, k, trial_id)
+                        return paused[trial_id]
+        return None
+
     # -- state -----------------------------------------------------------------------------
     def _sign(self) -> float:
         return direction(type(self).__name__, self.metric, self.mode)
 
     def get_state(self) -> dict[str, Any]:
         version, internal, gauss = self._rng.getstate()
-        return {
+        state: dict[str, Any] = {
             "metric": self.metric,
             "mode": self.mode,
             "rungs": self._rungs,
@@ -322,10 +423,22 @@ class AsyncHyperBandScheduler(TrialScheduler):
             "paused_at": self._paused_at,
             "rng": [version, list(internal), gauss],
         }
+        if self._objectives is not None:  # lists of metrics and modes, vectors in the rungs
+            state["metric"] = [metric for metric, _ in self._objectives]
+            state["mode"] = [mode for _, mode in self._objectives]
+            state["rungs"] = [[dict(r.points) for r in rungs] for rungs in self._pareto]
+        return state
 
     def set_state(self, state: dict[str, Any]) -> None:
         self.metric, self.mode = state["metric"], state["mode"]
         self._rungs = [[dict(r) for r in rungs] for rungs in state["rungs"]]
+        self._objectives = None
+        self._pareto = [[ParetoRung() for _ in rungs] for rungs in state["rungs"]]
+        if isinstance(self.metric, list):  # several objectives: vectors in the rungs
+            self._objectives = check_objectives(type(self).__name__, self.metric, self.mode)
+            self.metric = self.mode = None
+            self._rungs = [[{} for _ in rungs] for rungs in state["rungs"]]
+            self._pareto = [[ParetoRung(r) for r in rungs] for rungs in state["rungs"]]
         self._promoted = [[list(p) for p in ps] for ps in state["promoted"]]
         self._bracket = dict(state["bracket"])
         self._level = dict(state["level"])
