@@ -1,0 +1,721 @@
+"""OptunaSearch: Optuna's samplers (TPE, GP, CMA-ES, QMC, NSGA-II, ...) as a searcher.
+
+Optuna runs through its ask/tell interface on an in-memory study: `suggest` asks a
+trial and translates the tunefleet space through `resolve(..., chooser=)`, so every
+domain becomes one ``trial.suggest_*`` call (conditional spaces, sample_from and
+constants work as in random search); `on_trial_complete` tells the values.
+
+Exact restore: the samplers OptunaSearch builds itself (the default and the string
+shortcuts) are built afresh for every ask, from a seed derived from ``(seed, number
+of asks)``, and keep everything else in the study's trials. The state is therefore
+the trials as data (parameters, distributions, values, attributes), the seed and the
+ask count; `set_state` replays the trials into a fresh study with `add_trial` and the
+next suggestions are the very ones the original would have made. CMA-ES keeps its
+optimizer as a pickle in trial attributes: the state holds it as plain arrays instead
+(see `_optuna_state`), never as a pickle.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import numbers
+import random
+import warnings
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+from tunefleet._metrics import MISSING, MetricSpec, ModeSpec, lookup, metric_value, objectives
+from tunefleet.search._base import Searcher
+from tunefleet.search._optuna_state import trial_from_data, trial_to_data
+from tunefleet.space import (
+    Categorical,
+    Domain,
+    Float,
+    Function,
+    Integer,
+    _Category,
+    _float_times,
+    flatten,
+    format_path,
+    grid_axes,
+    parameter_name,
+    resolve,
+    validate_space,
+)
+
+if TYPE_CHECKING:
+    from optuna.distributions import BaseDistribution
+    from optuna.samplers import BaseSampler
+    from optuna.storages import BaseStorage
+    from optuna.study import Study
+    from optuna.trial import FrozenTrial, Trial
+
+logger = logging.getLogger(__name__)
+
+_STATE_VERSION = 1
+SAMPLERS = ("tpe", "gp", "cmaes", "qmc", "nsga2", "random")
+_CONSTRAINTS_ATTR = "tunefleet:constraints"  # a trial's constraint values, in user attrs
+
+_Key = tuple[object, ...]  # a key path; `_Category(i)` means "inside category i"
+DefineByRun = Callable[["Trial"], "dict[str, Any] | None"]
+
+
+class OptunaSearch(Searcher):
+    """Search with an Optuna sampler (Ray Tune's `OptunaSearch` names).
+
+    Args:
+        space: None to use the experiment's `param_space` (the usual way); or a
+            define-by-run function ``fn(trial)`` that calls ``trial.suggest_*`` and may
+            return a dict of constants to add; or a dict of Optuna distributions
+            (``{"x": FloatDistribution(0, 1)}``). "a/b" names become nested keys.
+        metric, mode: the objective, or lists of them (several objectives: a Pareto
+            front); taken from `TuneConfig` when None.
+        points_to_evaluate: configs to try first (each may set only some parameters).
+        sampler: an Optuna sampler instance, or one of "tpe" (the default), "gp",
+            "cmaes", "qmc", "nsga2", "random", built and seeded by OptunaSearch.
+        seed: seeds the samplers OptunaSearch builds (not an instance's).
+        evaluated_rewards: the objective values of `points_to_evaluate`, already known:
+            the points are then added as finished trials instead of being run.
+
+    Example:
+        >>> import tunefleet as tune
+        >>> search = OptunaSearch(metric="loss", mode="min", seed=0)
+        >>> search.set_search_properties(None, None, {"x": tune.uniform(0, 1)})
+        True
+        >>> config = search.suggest("t1")
+        >>> 0 <= config["x"] <= 1
+        True
+    """
+
+    def __init__(
+        self,
+        space: Mapping[str, Any] | DefineByRun | None = None,
+        *,
+        metric: MetricSpec = None,
+        mode: ModeSpec = None,
+        points_to_evaluate: list[dict[str, Any]] | None = None,
+        sampler: BaseSampler | str | None = None,
+        seed: int | None = None,
+        evaluated_rewards: list[Any] | None = None,
+    ) -> None:
+        try:
+            import optuna
+        except ImportError as exc:
+            raise ImportError("OptunaSearch needs Optuna: pip install 'tunefleet[optuna]'") from exc
+        super().__init__()
+        if isinstance(sampler, str):
+            if sampler not in SAMPLERS:
+                raise ValueError(f"OptunaSearch sampler={sampler!r} is not one of {SAMPLERS}")
+        elif sampler is not None:
+            if not isinstance(sampler, optuna.samplers.BaseSampler):
+                raise TypeError(
+                    f"OptunaSearch sampler={sampler!r} must be an Optuna sampler or one of "
+                    f"{SAMPLERS}"
+                )
+            if seed is not None:
+                raise ValueError(
+                    "OptunaSearch: seed= seeds only the samplers OptunaSearch builds; "
+                    "seed your sampler instance yourself (e.g. TPESampler(seed=...))"
+                )
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise TypeError(f"OptunaSearch seed={seed!r} must be an int")
+        points = list(points_to_evaluate or [])
+        for i, point in enumerate(points):
+            if not isinstance(point, dict):
+                raise TypeError(f"OptunaSearch points_to_evaluate[{i}]={point!r} must be a dict")
+        if evaluated_rewards is not None and len(evaluated_rewards) != len(points):
+            raise ValueError(
+                f"OptunaSearch: evaluated_rewards has {len(evaluated_rewards)} values for "
+                f"{len(points)} points_to_evaluate; give one per point"
+            )
+        if space is not None and not callable(space) and not isinstance(space, Mapping):
+            raise TypeError(f"OptunaSearch space={space!r} must be a dict, a function or None")
+        self._space_arg, self._metric_arg, self._mode_arg = space, metric, mode
+        self._points, self._rewards = points, evaluated_rewards
+        self._sampler_arg = sampler
+        self._seed = seed if seed is not None else random.SystemRandom().getrandbits(31)
+        self._asks = 0
+        self._objectives: list[tuple[str, str]] = []
+        self._constraints: list[str] = []
+        self._space: dict[str, Any] | None = None  # a tunefleet space
+        self._define: DefineByRun | None = None
+        self._fixed: dict[str, BaseDistribution] | None = None
+        self._base: dict[str, Any] = {}  # param_space's constants beside an own `space`
+        self._study: Study | None = None
+        self._storage: BaseStorage
+        self._study_id = 0
+        self._live: dict[str, int] = {}  # tunefleet trial id -> Optuna trial number
+        self._finished: dict[int, dict[str, Any]] = {}  # state of finished trials, cached
+        self._table: dict[str, int] = {}  # the state's distributions (as JSON) by index
+        self._warned: set[str] = set()
+
+    # ------------------------------------------------------------ setup
+
+    def set_search_properties(
+        self, metric: MetricSpec, mode: ModeSpec, config: dict[str, Any], **spec: Any
+    ) -> bool:
+        """Take the objectives, the constraints and the search space; build the study."""
+        metric = self._metric_arg if self._metric_arg is not None else metric
+        mode = self._mode_arg if self._mode_arg is not None else mode
+        self._objectives = _objectives(metric, mode)
+        if isinstance(metric, str) and isinstance(mode, str):
+            self.metric, self.mode = metric, mode
+        self._constraints = list(spec.get("constraints") or [])
+        if self._sampler_arg == "cmaes" and len(self._objectives) > 1:
+            raise ValueError(
+                "OptunaSearch: sampler='cmaes' optimises one metric, but there are several "
+                f"objectives {[m for m, _ in self._objectives]}: use 'tpe', 'nsga2' or 'gp'"
+            )
+        if self._constraints and self._sampler_arg in ("cmaes", "qmc", "random"):
+            logger.warning(
+                "OptunaSearch: sampler=%r does not use constraints; %s are only recorded",
+                self._sampler_arg,
+                self._constraints,
+            )
+        self._set_space(config)
+        self._asks, self._live = 0, {}
+        self._new_study()
+        self._add_points()
+        return True
+
+    def _set_space(self, config: dict[str, Any]) -> None:
+        own = self._space_arg
+        if own is None:
+            self._space = _checked_space(config)
+            return
+        for path, domain in _walk(config, ()):
+            if not isinstance(domain, Function):
+                raise ValueError(
+                    f"OptunaSearch: {format_path(path)} is a {domain.name} domain, but "
+                    "OptunaSearch(space=...) has its own search space; put every parameter in "
+                    "one of them (param_space may add constants and sample_from values)"
+                )
+        if callable(own):
+            self._define, self._base = own, dict(config)
+            return
+        from optuna.distributions import BaseDistribution
+
+        if own and all(isinstance(d, BaseDistribution) for d in own.values()):
+            self._fixed, self._base = dict(own), dict(config)
+        else:
+            self._space = _checked_space(_merge(config, dict(own)))
+
+    def _directions(self) -> list[str]:
+        return ["MAXIMIZE" if mode == "max" else "MINIMIZE" for _, mode in self._objectives]
+
+    def _new_study(self) -> None:
+        """An empty in-memory study (its storage and id are kept for trial attributes)."""
+        import optuna
+
+        storage = optuna.storages.InMemoryStorage()
+        with _quiet():
+            study = optuna.create_study(
+                storage=storage,
+                study_name="tunefleet",
+                directions=[d.lower() for d in self._directions()],  # type: ignore[misc]
+                sampler=self._sampler(),
+            )
+        self._study, self._storage, self._finished, self._table = study, storage, {}, {}
+        self._study_id = storage.get_study_id_from_name(study.study_name)
+
+    def _sampler(self) -> BaseSampler:
+        """The sampler for the next ask: built from a seed of (seed, asks), or the user's."""
+        import optuna.samplers as ot
+
+        if self._sampler_arg is not None and not isinstance(self._sampler_arg, str):
+            return self._sampler_arg
+        name = self._sampler_arg or "tpe"
+        seed = random.Random(f"{self._seed}:{self._asks}").getrandbits(32)
+        feasibility = self.constraints_func if self._constraints else None
+        quiet: dict[str, Any] = {"seed": seed, "warn_independent_sampling": False}
+        if name == "tpe":
+            # group: conditional parameters are modelled per branch, not sampled at random
+            group = self._define is not None or _is_conditional(self._space)
+            return ot.TPESampler(
+                multivariate=True,
+                group=group,
+                constant_liar=True,
+                constraints_func=feasibility,
+                seed=seed,
+            )
+        if name == "gp":
+            return ot.GPSampler(constraints_func=feasibility, **quiet)
+        if name == "cmaes":
+            return ot.CmaEsSampler(**quiet)
+        if name == "qmc":  # one scrambled sequence for the whole search, whatever the ask
+            return ot.QMCSampler(
+                scramble=True,
+                seed=self._seed % 2**32,
+                independent_sampler=ot.RandomSampler(seed=seed),
+                warn_asynchronous_seeding=False,
+                warn_independent_sampling=False,
+            )
+        if name == "nsga2":
+            return ot.NSGAIISampler(seed=seed, constraints_func=feasibility)
+        return ot.RandomSampler(seed=seed)
+
+    @staticmethod
+    def constraints_func(trial: FrozenTrial) -> list[float]:
+        """A trial's constraint values (<= 0: feasible), for a sampler's `constraints_func`.
+
+        OptunaSearch gives it to the samplers it builds; pass it to your own sampler
+        instance to make it use `TuneConfig(constraints=...)`.
+        """
+        return [float(v) for v in trial.user_attrs.get(_CONSTRAINTS_ATTR, [])]
+
+    def _add_points(self) -> None:
+        study = self._require_study()
+        for i, point in enumerate(self._points):
+            where = f"points_to_evaluate[{i}]"
+            if self._rewards is not None:
+                self.add_evaluated_point(point, self._rewards[i], where=where)
+            else:
+                params = self._point_params(point, where, complete=False)[0]
+                with _quiet():
+                    study.enqueue_trial(params)
+
+    def add_evaluated_point(
+        self,
+        evaluated_params: dict[str, Any],
+        objective_value: float | list[float],
+        error: bool = False,
+        *,
+        where: str = "evaluated_params",
+    ) -> None:
+        """Tell the study about a config that was evaluated elsewhere (Ray's name).
+
+        With `TuneConfig(constraints=...)`, the point counts as feasible.
+        """
+        import optuna
+
+        params, dists = self._point_params(evaluated_params, where, complete=True)
+        values = objective_value if isinstance(objective_value, list) else [objective_value]
+        valid = len(values) == len(self._objectives) and all(
+            isinstance(v, numbers.Real) and math.isfinite(v) for v in values
+        )
+        if not valid and not error:
+            raise ValueError(
+                f"OptunaSearch: the value {objective_value!r} of {where} must be "
+                f"{len(self._objectives)} finite number(s), one per objective"
+            )
+        # added running, then told: the sampler records it as for any trial (constraints too)
+        states = optuna.trial.TrialState
+        feasible = [0.0] * len(self._constraints)
+        trial = optuna.trial.create_trial(
+            state=states.FAIL if error else states.RUNNING,
+            params=params,
+            distributions=dists,
+            user_attrs={_CONSTRAINTS_ATTR: feasible} if feasible else None,
+        )
+        study = self._require_study()
+        with _quiet():
+            study.add_trial(trial)
+            if not error:
+                study.tell(study.get_trials(deepcopy=False)[-1].number, [float(v) for v in values])
+
+    def _point_params(
+        self, point: dict[str, Any], where: str, *, complete: bool
+    ) -> tuple[dict[str, Any], dict[str, BaseDistribution]]:
+        """A point as Optuna parameters (and their distributions)."""
+        if self._space is None:
+            flat = flatten(point)
+            if self._fixed is None:
+                if complete:
+                    raise ValueError(
+                        f"OptunaSearch: {where} cannot be added as evaluated with a "
+                        "define-by-run space (its distributions are not known)"
+                    )
+                return flat, {}
+            missing = set(self._fixed) - set(flat) if complete else set()
+            unknown = set(flat) - set(self._fixed)
+            if missing or unknown:
+                raise ValueError(
+                    f"OptunaSearch: {where} must set the parameters {sorted(self._fixed)} "
+                    f"(missing: {sorted(missing)}, unknown: {sorted(unknown)})"
+                )
+            return flat, {k: self._fixed[k] for k in flat}
+        params: dict[str, Any] = {}
+        dists: dict[str, BaseDistribution] = {}
+        chosen: dict[_Key, int] = {}
+        covered: list[str] = []
+        for path, domain in _walk(self._space, ()):
+            active = _active(path, chosen)
+            if active is False or isinstance(domain, Function):  # sample_from: computed
+                continue
+            key = "/".join(str(k) for k in path if not isinstance(k, _Category))
+            value = lookup(point, key)
+            if value is MISSING:
+                if complete:
+                    raise ValueError(
+                        f"OptunaSearch: {where} does not set {key!r}; an evaluated point "
+                        "must set every parameter"
+                    )
+                continue
+            name, dist = parameter_name(path), _distribution(domain)
+            if isinstance(domain, Categorical):
+                index = _category_of(domain, value)
+                if index is None:
+                    if complete or not isinstance(value, dict):
+                        raise ValueError(
+                            f"OptunaSearch: {where}[{key!r}]={value!r} is not one of "
+                            f"{domain.categories!r}"
+                        )
+                    continue  # fixes values inside branches only
+                chosen[path] = index
+                params[name] = domain.categories[index] if _by_value(domain) else index
+            else:
+                try:
+                    params[name] = _on_grid_checked(domain, value, f"{where}[{key!r}]")
+                except ValueError:
+                    if active is None:
+                        continue  # a branch not chosen by the point: its value may not fit
+                    raise
+            dists[name] = dist
+            covered.append(key)
+        for key in flatten(point):
+            if not any(key == c or key.startswith(c + "/") for c in covered):
+                raise ValueError(
+                    f"OptunaSearch: {where} sets {key!r}, which is not a parameter of the "
+                    "search space"
+                )
+        return params, dists
+
+    # ------------------------------------------------------------ events
+
+    def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
+        """Ask the study for a trial and build its config."""
+        import optuna
+
+        study = self._require_study()
+        with _quiet():
+            study.sampler = self._sampler()
+            trial = study.ask(self._fixed)
+            self._asks += 1
+            try:
+                config = self._config(trial)
+            except BaseException:
+                study.tell(trial, state=optuna.trial.TrialState.FAIL)
+                raise
+        self._live[trial_id] = trial.number
+        return config
+
+    def _config(self, trial: Trial) -> dict[str, Any]:
+        rng = random.Random(f"{self._seed}:config:{trial.number}")  # sample_from's spec.rng
+        if self._space is not None:
+            return resolve(self._space, rng, chooser=lambda n, d: _suggest(trial, n, d))
+        values: dict[str, Any] = dict(trial.params)
+        if self._define is not None:
+            extra = self._define(trial)
+            if extra is not None and not isinstance(extra, dict):
+                raise TypeError(
+                    f"OptunaSearch: the define-by-run space returned {extra!r}; it must "
+                    "return a dict of constants or None"
+                )
+            values = {**trial.params, **(extra or {})}
+        return resolve(_merge(self._base, _unflatten(values)), rng)
+
+    def on_trial_complete(
+        self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False
+    ) -> None:
+        """Tell the study the trial's objective values (a failure if there are none)."""
+        import optuna
+
+        number = self._live.pop(trial_id, None)
+        if number is None or self._study is None:
+            return
+        values = None if error or result is None else self._values(result)
+        feasibility = None if values is None else self._constraint_values(result or {})
+        with _quiet():
+            if values is None or feasibility is None:
+                self._study.tell(number, state=optuna.trial.TrialState.FAIL)
+                return
+            if self._constraints:  # read back by constraints_func in the sampler's after_trial
+                storage = self._storage
+                internal = storage.get_trial_id_from_study_id_trial_number(self._study_id, number)
+                storage.set_trial_user_attr(internal, _CONSTRAINTS_ATTR, feasibility)
+            self._study.tell(number, values)
+
+    def _values(self, result: dict[str, Any]) -> list[float] | None:
+        return self._read(result, [m for m, _ in self._objectives], "objective")
+
+    def _constraint_values(self, result: dict[str, Any]) -> list[float] | None:
+        return self._read(result, self._constraints, "constraint")
+
+    def _read(self, result: dict[str, Any], names: list[str], kind: str) -> list[float] | None:
+        """The named values of a result; None (and a warning, once) unless all are finite."""
+        values = [metric_value(result, name) for name in names]
+        finite = [v for v in values if v is not None and math.isfinite(v)]
+        if len(finite) < len(names) and kind not in self._warned:
+            self._warned.add(kind)
+            logger.warning("OptunaSearch: results without a finite %s %s fail", kind, names)
+        return finite if len(finite) == len(names) else None
+
+    def _require_study(self) -> Study:
+        if self._study is None:
+            if self._space_arg is None or self._metric_arg is None or self._mode_arg is None:
+                raise RuntimeError("set_search_properties() must be called before suggest()")
+            self.set_search_properties(None, None, {})
+        assert self._study is not None
+        return self._study
+
+    # ------------------------------------------------------------ state
+
+    def get_state(self) -> dict[str, Any]:
+        """JSON-able state: every trial as data, the seed and the number of asks."""
+        study = self._require_study()
+        trials = []
+        for trial in study.get_trials(deepcopy=False):
+            if trial.number in self._finished:
+                trials.append(self._finished[trial.number])
+                continue
+            data = trial_to_data(trial, self._table)
+            if trial.state.is_finished():
+                self._finished[trial.number] = data
+            trials.append(data)
+        return {
+            "version": _STATE_VERSION,
+            "seed": self._seed,
+            "asks": self._asks,
+            "directions": self._directions(),
+            "study_attrs": dict(self._storage.get_study_system_attrs(self._study_id)),
+            "distributions": [json.loads(d) for d in self._table],
+            "trials": trials,
+            "live": dict(self._live),
+        }
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Rebuild the study from `state` (after `set_search_properties`)."""
+        if state.get("version") != _STATE_VERSION:
+            raise ValueError(
+                f"OptunaSearch state version {state.get('version')!r} is not supported "
+                f"(expected {_STATE_VERSION})"
+            )
+        self._require_study()
+        if state["directions"] != self._directions():
+            raise ValueError(
+                f"OptunaSearch: the saved search optimised {state['directions']}, this one "
+                f"{self._directions()} ({self._objectives})"
+            )
+        self._seed, self._asks = int(state["seed"]), int(state["asks"])
+        self._new_study()
+        study = self._require_study()
+        for key, value in state["study_attrs"].items():
+            self._storage.set_study_system_attr(self._study_id, key, value)
+        from optuna.distributions import distribution_to_json, json_to_distribution
+
+        texts = [json.dumps(d) for d in state["distributions"]]
+        table = [json_to_distribution(text) for text in texts]
+        self._table = {distribution_to_json(d): i for i, d in enumerate(table)}
+        with _quiet():
+            for data in state["trials"]:  # in order: the same trial numbers and ids
+                study.add_trial(trial_from_data(data, table))
+        self._live = {str(k): int(v) for k, v in state["live"].items()}
+
+
+# ---------------------------------------------------------------- space translation
+
+
+def _objectives(metric: MetricSpec, mode: ModeSpec) -> list[tuple[str, str]]:
+    if metric is None or mode is None:
+        raise ValueError(
+            f"OptunaSearch needs a metric and a mode (got metric={metric!r}, mode={mode!r}): "
+            "pass OptunaSearch(metric=..., mode=...) or TuneConfig(metric=..., mode=...)"
+        )
+    if isinstance(metric, list) and isinstance(mode, list) and len(mode) != len(metric):
+        raise ValueError(f"OptunaSearch: metric={metric!r} and mode={mode!r} differ in length")
+    if isinstance(mode, list) and not isinstance(metric, list):
+        raise ValueError(f"OptunaSearch: mode={mode!r} is a list but metric={metric!r} is not")
+    for m in [mode] if isinstance(mode, str) else mode:
+        if m not in ("min", "max"):
+            raise ValueError(f"OptunaSearch: mode={m!r} is not valid: it must be 'min' or 'max'")
+    return objectives(metric, mode)
+
+
+def _checked_space(space: dict[str, Any]) -> dict[str, Any]:
+    validate_space(space)
+    axes = grid_axes(space)
+    if axes:
+        raise ValueError(
+            f"OptunaSearch: {format_path(axes[0][0])} is a grid_search, which a model-based "
+            "searcher cannot take: use tune.choice([...]), or BasicVariantGenerator for a grid"
+        )
+    for path, domain in _walk(space, ()):
+        if not isinstance(domain, (Float, Integer, Categorical, Function)):
+            raise ValueError(
+                f"OptunaSearch: {format_path(path)} is {domain!r}, a distribution without "
+                "bounds, which Optuna cannot represent: use uniform(...) or loguniform(...)"
+            )
+    return space
+
+
+def _walk(node: Any, path: _Key) -> Iterator[tuple[_Key, Domain]]:
+    """Every domain of a space, choices before the domains inside their categories."""
+    if isinstance(node, Domain):
+        yield path, node
+        if isinstance(node, Categorical):
+            for i, category in enumerate(node.categories):
+                yield from _walk(category, (*path, _Category(i)))
+    elif isinstance(node, dict):
+        for key, value in node.items():
+            yield from _walk(value, (*path, key))
+    elif isinstance(node, (list, tuple)):
+        for i, value in enumerate(node):
+            yield from _walk(value, (*path, i))
+
+
+def _is_conditional(space: dict[str, Any] | None) -> bool:
+    return any(_Category in map(type, path) for path, _ in _walk(space or {}, ()))
+
+
+def _active(path: _Key, chosen: dict[_Key, int]) -> bool | None:
+    """False if `path` is in a category other than the one chosen; None if not chosen."""
+    known = True
+    for i, key in enumerate(path):
+        if isinstance(key, _Category):
+            index = chosen.get(path[:i])
+            if index is None:
+                known = False
+            elif index != key.index:
+                return False
+    return True if known else None
+
+
+def _by_value(domain: Categorical) -> bool:
+    """True when Optuna can hold the categories themselves (else their indices)."""
+    cats = domain.categories
+    kind = type(cats[0])
+    if kind not in (str, int, float, bool) or any(type(c) is not kind for c in cats):
+        return False
+    return len(set(cats)) == len(cats)  # no duplicates, nor 0.0 beside -0.0
+
+
+def _same(a: Any, b: Any) -> bool:
+    return a is b or (type(a) is type(b) and bool(a == b))
+
+
+def _category_of(domain: Categorical, value: Any) -> int | None:
+    """The index of `value` among the categories; a dict may name one sub-space."""
+    for i, category in enumerate(domain.categories):
+        if _same(category, value):
+            return i
+    if not isinstance(value, dict):
+        return None
+    fits = [
+        i
+        for i, c in enumerate(domain.categories)
+        if isinstance(c, dict)
+        and set(value) <= set(c)
+        and all(isinstance(c[k], (Domain, dict)) or _same(c[k], value[k]) for k in value)
+    ]
+    return fits[0] if len(fits) == 1 else None
+
+
+def _distribution(domain: Domain) -> BaseDistribution:
+    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+    if isinstance(domain, Categorical):
+        cats = domain.categories
+        return CategoricalDistribution(cats if _by_value(domain) else list(range(len(cats))))
+    if isinstance(domain, Float):
+        if domain.q is None:
+            return FloatDistribution(domain.lower, domain.upper, log=domain.log)
+        # Optuna takes a step or a log scale, not both: a log one is rounded afterwards
+        step = None if domain.log else domain.q
+        return FloatDistribution(domain.min_value, domain.max_value, log=domain.log, step=step)
+    assert isinstance(domain, Integer)
+    step = 1 if domain.log else domain.q
+    return IntDistribution(domain.min_value, domain.max_value, log=domain.log, step=step)
+
+
+def _suggest(trial: Trial, name: str, domain: Domain) -> Any:
+    """`resolve`'s chooser: one ``trial.suggest_*`` call, mapped back to the domain's value."""
+    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+    dist = _distribution(domain)
+    if isinstance(dist, CategoricalDistribution):
+        assert isinstance(domain, Categorical)
+        picked = trial.suggest_categorical(name, dist.choices)
+        if _by_value(domain):
+            return next(c for c in domain.categories if _same(c, picked))
+        return domain.categories[int(picked)]  # type: ignore[arg-type]
+    if isinstance(dist, FloatDistribution):
+        value: float = trial.suggest_float(name, dist.low, dist.high, log=dist.log, step=dist.step)
+    else:
+        assert isinstance(dist, IntDistribution)
+        value = trial.suggest_int(name, dist.low, dist.high, log=dist.log, step=dist.step)
+    return _on_grid(domain, value)
+
+
+def _on_grid(domain: Domain, value: float) -> float | int:
+    """The domain's own value for what Optuna suggested: exact type, a multiple of q."""
+    if isinstance(domain, Float):
+        if domain.q is None:
+            return float(value)
+        q = domain.q
+        k_lo, k_hi = round(domain.min_value / q), round(domain.max_value / q)
+        return _float_times(min(max(round(value / q), k_lo), k_hi), q)
+    assert isinstance(domain, Integer)
+    q, number = domain.q, int(value)
+    if q == 1 or not domain.log:
+        return number
+    nearest = (2 * number + q) // (2 * q)  # as Integer.sample rounds: half up, in ints
+    return min(max(nearest, domain.min_value // q), domain.max_value // q) * q
+
+
+def _on_grid_checked(domain: Domain, value: Any, where: str) -> float | int:
+    """A point's value for a numeric domain, refused unless the domain can produce it."""
+    assert isinstance(domain, (Float, Integer))
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+        raise ValueError(f"OptunaSearch: {where}={value!r} must be a finite number")
+    number = float(value)
+    if isinstance(domain, Integer):
+        ok = isinstance(value, numbers.Integral) and int(value) % domain.q == 0
+    else:
+        ok = domain.q is None or math.isclose(_on_grid(domain, number), number)
+    if not ok or not domain.min_value <= number <= domain.max_value:
+        raise ValueError(f"OptunaSearch: {where}={value!r} is not a value of {domain!r}")
+    return _on_grid(domain, number)
+
+
+def _unflatten(flat: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in flat.items():
+        node, *parents, last = [out, *key.split("/")]
+        for part in parents:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ValueError(f"OptunaSearch: parameter {key!r} is inside a value")
+        node[last] = value
+    return out
+
+
+def _merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in top.items():
+        inner = merged.get(key)
+        both = isinstance(inner, dict) and isinstance(value, dict)
+        merged[key] = _merge(inner, value) if both else value  # type: ignore[arg-type]
+    return merged
+
+
+# ---------------------------------------------------------------- quiet Optuna
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """Optuna at WARNING (no line per trial), without its experimental/deprecation notes."""
+    import optuna
+
+    level = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(max(level, optuna.logging.WARNING))
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            # Optuna 5 deprecates constraints_func, which Optuna 4 needs
+            warnings.filterwarnings("ignore", ".*constraints_func", FutureWarning)
+            yield
+    finally:
+        optuna.logging.set_verbosity(level)
