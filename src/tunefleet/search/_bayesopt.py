@@ -1,0 +1,523 @@
+"""Gaussian-process Bayesian optimisation (Ray Tune's `BayesOptSearch`), on Optuna's GPSampler.
+
+Ray wraps the `bayesian-optimization` package; this searcher keeps Ray's name and
+arguments but runs Optuna's `GPSampler`, which did much better in a comparison
+on three test functions (see docs/search.md) and handles what bayes_opt cannot
+or does poorly: log scales, ints, categories, constraints, and trials still
+running (q-batch log expected improvement, so a batch spreads out).
+
+Each suggestion is an Optuna trial asked from an in-memory study; `resolve(space,
+rng, chooser=...)` asks it for every domain's value in an exact form (quantized
+values as their multiple k of q, categories as indices), so values come back
+with exact types. A fresh GPSampler seeded from (random_state, call number)
+makes each suggestion: nothing carries over between calls but the observations,
+so `set_state`, which replays them into a new study, gives the same next
+suggestions.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from tunefleet._metrics import MetricSpec, ModeSpec, metric_value
+from tunefleet.search._base import FINISHED, Searcher
+from tunefleet.search._hyperopt import _MISSING, _category_index, _lookup
+from tunefleet.space import (
+    GRID_KEY,
+    Categorical,
+    Domain,
+    Float,
+    Function,
+    Integer,
+    Normal,
+    _Category,
+    _float_times,
+    flatten,
+    format_path,
+    has_domains,
+    parameter_name,
+    resolve,
+    uniform,
+    validate_space,
+)
+
+if TYPE_CHECKING:
+    import optuna
+    from optuna.distributions import BaseDistribution
+
+_STATE_VERSION = 1
+_RANDOM_TRIES = 10  # random draws replacing a duplicate before giving up (None)
+
+
+def _import_optuna() -> Any:
+    try:
+        import optuna
+        import scipy  # noqa: F401  # GPSampler needs both, and says so only when sampling
+        import torch  # noqa: F401
+    except ImportError as exc:
+        raise ImportError(
+            "BayesOptSearch needs optuna, scipy and torch (it runs Optuna's GPSampler): "
+            "pip install 'tunefleet[bayesopt]'"
+        ) from exc
+    return optuna
+
+
+class BayesOptSearch(Searcher):
+    """Gaussian-process Bayesian optimisation (Ray Tune's `BayesOptSearch`).
+
+    Runs Optuna's GPSampler (Matern 5/2 kernel, log expected improvement; its
+    q-batch form while trials are running, its constrained form with
+    `TuneConfig.constraints`). Floats (log-scaled or not), ints and quantized
+    values are modelled as such, categories natively; parameters inside a
+    choice's sub-spaces are drawn at random (only the parameters every trial has
+    are modelled).
+
+    Args:
+        space: a search space for this searcher alone: tunefleet domains, or Ray's
+            ``{"x": (lower, upper)}`` bounds (uniform floats); the Tuner's
+            `param_space` then holds only constants. None: use `param_space`.
+        metric, mode: what to optimise; taken from `TuneConfig` when None.
+        points_to_evaluate: configs to run first (nested dicts or "a/b" keys; values
+            left out are drawn at random).
+        evaluated_rewards: the metric values of `points_to_evaluate`, already known:
+            those points are told to the model and not run again.
+        utility_kwargs: Ray's acquisition settings for bayes_opt; refused unless None
+            (the acquisition is log expected improvement).
+        random_state: the seed of every random choice.
+        random_search_steps: random suggestions before the Gaussian process is used
+            (counted in finished trials).
+        verbose: accepted for Ray compatibility; ignored (tunefleet reports progress).
+        patience: stop the search (FINISHED) once one config was suggested more than
+            this many times: the model has converged.
+        skip_duplicate: a suggestion equal to an earlier one is not run (`suggest`
+            returns None and asks again later); False runs it again.
+
+    Example:
+        >>> import tunefleet as tune
+        >>> search = BayesOptSearch(metric="loss", mode="min", random_state=0)
+        >>> search.set_search_properties(None, None, {"x": tune.uniform(0, 1)})
+        True
+        >>> 0 <= search.suggest("t1")["x"] < 1
+        True
+    """
+
+    def __init__(
+        self,
+        space: dict[str, Any] | None = None,
+        *,
+        metric: str | None = None,
+        mode: str | None = None,
+        points_to_evaluate: list[dict[str, Any]] | None = None,
+        evaluated_rewards: list[float] | None = None,
+        utility_kwargs: dict[str, Any] | None = None,
+        random_state: int = 42,
+        random_search_steps: int = 10,
+        verbose: int = 0,
+        patience: int = 5,
+        skip_duplicate: bool = True,
+    ) -> None:
+        super().__init__(metric=metric, mode=mode)
+        self._optuna = _import_optuna()
+        if utility_kwargs is not None:
+            raise ValueError(
+                f"BayesOptSearch utility_kwargs={utility_kwargs!r} cannot be honoured: it runs "
+                "Optuna's GPSampler, whose acquisition is log expected improvement; leave "
+                "utility_kwargs=None"
+            )
+        if space is not None and not isinstance(space, dict):
+            raise TypeError(f"space must be a dict, not {type(space).__name__}")
+        points = list(points_to_evaluate or [])
+        for i, point in enumerate(points):
+            if not isinstance(point, dict):
+                raise TypeError(f"points_to_evaluate[{i}]={point!r} must be a dict")
+        rewards = None if evaluated_rewards is None else list(evaluated_rewards)
+        if rewards is not None and len(rewards) != len(points):
+            raise ValueError(
+                f"evaluated_rewards has {len(rewards)} values for {len(points)} "
+                "points_to_evaluate: give one per point"
+            )
+        for i, reward in enumerate(rewards or []):
+            if isinstance(reward, bool) or not isinstance(reward, (int, float)):
+                raise TypeError(f"evaluated_rewards[{i}]={reward!r} must be a number")
+            if not math.isfinite(reward):
+                raise ValueError(f"evaluated_rewards[{i}]={reward!r} must be finite")
+        for name, value, low in (
+            ("random_state", random_state, 0),
+            ("random_search_steps", random_search_steps, 0),
+            ("patience", patience, 1),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"{name}={value!r} must be an int")
+            if value < low:
+                raise ValueError(f"{name}={value!r} must be >= {low}")
+        self._own_space = None if space is None else _bounds_to_domains(space)
+        self._points, self._rewards = points, rewards
+        self._seed, self.random_search_steps = random_state, random_search_steps
+        self.patience, self.skip_duplicate = patience, bool(skip_duplicate)
+        self._space: dict[str, Any] = {}
+        self._constants: dict[str, Any] = {}  # the Tuner's param_space under an own space
+        self._dists: dict[str, BaseDistribution] = {}  # parameter name -> distribution
+        self._paths: dict[str, tuple[Any, ...]] = {}  # parameter name -> key path
+        self._constraints: list[str] = []
+        self._study: optuna.Study | None = None
+        self._live: dict[str, optuna.Trial] = {}  # trial_id -> its Optuna trial
+        self._queue: list[dict[str, Any]] = []  # parameters of points still to run
+        self._repeats: dict[str, int] = {}  # config key -> times suggested (patience)
+        self._calls = 0  # suggestions asked of the GP sampler (each one's seed)
+
+    # ------------------------------------------------------------------ setup
+
+    def set_search_properties(
+        self, metric: MetricSpec, mode: ModeSpec, config: dict[str, Any], **spec: Any
+    ) -> bool:
+        """Take the metric, mode and search space (or check `param_space` holds only
+        constants when the searcher was given its own `space`)."""
+        super().set_search_properties(metric, mode, config, **spec)
+        if self.metric is None or self.mode is None:
+            raise ValueError(
+                "BayesOptSearch needs a metric and a mode: pass them to BayesOptSearch or "
+                "to TuneConfig"
+            )
+        self._constraints = list(spec.get("constraints") or [])
+        if self._constraints and not hasattr(self._optuna.Trial, "set_constraint"):
+            raise ValueError(
+                "BayesOptSearch with TuneConfig.constraints needs optuna>=5.0 (constraint "
+                f"values told to GPSampler); optuna {self._optuna.__version__} is installed"
+            )
+        if not isinstance(config, dict):
+            raise TypeError(f"param_space must be a dict, not {type(config).__name__}")
+        space = config
+        if self._own_space is not None:
+            if has_domains(config):
+                raise ValueError(
+                    "BayesOptSearch was given its own space= and param_space has search "
+                    "domains too: give the search space in one place"
+                )
+            space, self._constants = self._own_space, config
+        validate_space(space)
+        self._dists, self._paths = {}, {}
+        _translate(self._optuna, space, (), (), self._dists, self._paths)
+        if not self._dists:
+            raise ValueError(
+                "BayesOptSearch: the search space has no parameter to search (only "
+                "constants and sample_from); use the default BasicVariantGenerator"
+            )
+        self._space = space
+        self._reset()
+        self._queue = []
+        for i, point in enumerate(self._points):
+            params = self._point_params(point, f"points_to_evaluate[{i}]")
+            if self._rewards is None:
+                self._queue.append(params)
+            else:
+                self._add_finished(params, "COMPLETE", self._rewards[i], None)
+        return True
+
+    def _reset(self) -> None:
+        direction = "minimize" if self.mode == "min" else "maximize"
+        with _quiet(self._optuna):
+            self._study = self._optuna.create_study(direction=direction)
+        self._live, self._repeats, self._calls = {}, {}, 0
+
+    # ------------------------------------------------------------------ events
+
+    def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
+        """The next config: the next of `points_to_evaluate`, then the GP's.
+
+        A config suggested before is replaced by a random one (`skip_duplicate`; None
+        if 10 random draws are all seen); FINISHED once one config has been suggested
+        more than `patience` times (the model has converged).
+        """
+        study = self._study
+        if study is None:
+            raise RuntimeError("set_search_properties() must be called before suggest()")
+        point = bool(self._queue)
+        if point:
+            study.enqueue_trial(self._queue.pop(0))
+        for attempt in range(1 + _RANDOM_TRIES):
+            study.sampler = self._sampler(gp=attempt == 0 and not point)
+            trial = study.ask()
+            config = self._config(trial)
+            key = _key(trial.params)
+            self._repeats[key] = count = self._repeats.get(key, 0) + 1
+            if count > self.patience:
+                study.tell(trial, state=self._optuna.trial.TrialState.FAIL)
+                return FINISHED
+            if count == 1 or not self.skip_duplicate:
+                self._live[trial_id] = trial
+                return config
+            study.tell(trial, state=self._optuna.trial.TrialState.FAIL)
+        return None
+
+    def on_trial_complete(
+        self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False
+    ) -> None:
+        """Tell the model the trial's value (and constraint values); a failed trial, or
+        one with no metric or a missing constraint value, is told as failed."""
+        trial = self._live.pop(trial_id, None)
+        if trial is None or self._study is None:
+            return
+        value = None if error or result is None else metric_value(result, str(self.metric))
+        constraints = [metric_value(result or {}, name) for name in self._constraints]
+        ok = value is not None and math.isfinite(value)
+        if not ok or any(c is None or not math.isfinite(c) for c in constraints):
+            self._study.tell(trial, state=self._optuna.trial.TrialState.FAIL)
+            return
+        for name, c in zip(self._constraints, constraints, strict=True):
+            trial.set_constraint(name, float(c or 0.0))
+        self._study.tell(trial, value)
+
+    # ------------------------------------------------------------------ state
+
+    def get_state(self) -> dict[str, Any]:
+        """The observations (parameters, state, value, constraint values of every
+        trial), the seed and the counters, as JSON-able data."""
+        if self._study is None:
+            raise RuntimeError("set_search_properties() must be called before get_state()")
+        trials = [
+            {
+                "params": t.params,
+                "state": t.state.name,
+                "value": t.value,
+                "constraints": getattr(t, "constraints", None) or None,
+            }
+            for t in self._study.trials
+        ]
+        live = {trial_id: trial.number for trial_id, trial in self._live.items()}
+        return {
+            "version": _STATE_VERSION,
+            "seed": self._seed,
+            "calls": self._calls,
+            "points_left": len(self._queue),
+            "repeats": dict(self._repeats),
+            "live": live,
+            "trials": trials,
+        }
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Replay the observations into a new study; the next suggestions are the
+        ones the saved searcher would have made."""
+        if state.get("version") != _STATE_VERSION:
+            raise ValueError(
+                f"BayesOptSearch state version {state.get('version')!r} is not supported "
+                f"(expected {_STATE_VERSION})"
+            )
+        if self._study is None:
+            raise RuntimeError("set_search_properties() must be called before set_state()")
+        self._reset()
+        live = {int(number): str(trial_id) for trial_id, number in state["live"].items()}
+        for number, saved in enumerate(state["trials"]):
+            if saved["state"] == "RUNNING":
+                trial = self._ask_fixed(saved["params"])
+                if number in live:
+                    self._live[live[number]] = trial
+            else:
+                self._add_finished(
+                    saved["params"], saved["state"], saved["value"], saved["constraints"]
+                )
+        self._seed, self._calls = int(state["seed"]), int(state["calls"])
+        left = int(state["points_left"])
+        self._queue = self._queue[len(self._queue) - left :] if left else []
+        self._repeats = {str(k): int(v) for k, v in state["repeats"].items()}
+
+    # ------------------------------------------------------------------ Optuna
+
+    def _sampler(self, gp: bool = True) -> Any:
+        """A fresh sampler seeded from (random_state, call number): the GP, or random."""
+        import numpy as np
+
+        seed = int(np.random.SeedSequence([self._seed, self._calls]).generate_state(1)[0])
+        self._calls += 1
+        samplers = self._optuna.samplers
+        if not gp:
+            return samplers.RandomSampler(seed=seed)
+        return samplers.GPSampler(
+            seed=seed,
+            independent_sampler=samplers.RandomSampler(seed=seed),
+            n_startup_trials=self.random_search_steps,
+            warn_independent_sampling=False,
+        )
+
+    def _ask_fixed(self, params: dict[str, Any]) -> optuna.Trial:
+        """A running trial with these parameters (replayed, or a point to evaluate)."""
+        assert self._study is not None
+        self._study.enqueue_trial(params)
+        self._study.sampler = self._optuna.samplers.RandomSampler(seed=0)  # nothing to draw
+        trial = self._study.ask()
+        self._config(trial)  # records the parameters in the trial
+        return trial
+
+    def _add_finished(
+        self,
+        params: dict[str, Any],
+        state: str,
+        value: float | None,
+        constraints: dict[str, float] | None,
+    ) -> None:
+        assert self._study is not None
+        extra = {"constraints": constraints} if constraints else {}  # optuna>=5.0 only
+        trial = self._optuna.trial.create_trial(
+            state=self._optuna.trial.TrialState[state],
+            value=None if state != "COMPLETE" else value,
+            params=params,
+            distributions={name: self._dists[name] for name in params},
+            **extra,
+        )
+        self._study.add_trial(trial)
+
+    def _config(self, trial: optuna.Trial) -> dict[str, Any]:
+        def chooser(name: str, domain: Domain) -> Any:
+            return _value(domain, _suggest(trial, name, self._dists[name]))
+
+        rng = random.Random(f"{self._seed}:{trial.number}")  # for sample_from functions
+        config = resolve(self._space, rng, chooser=chooser)
+        return {**self._constants, **config} if self._constants else config
+
+    def _point_params(self, point: dict[str, Any], where: str) -> dict[str, Any]:
+        """The Optuna parameters of a config of `points_to_evaluate`."""
+        params: dict[str, Any] = {}
+        rng = random.Random(f"{self._seed}:{where}")  # for values the point leaves out
+
+        def chooser(name: str, domain: Domain) -> Any:
+            given = _lookup(point, self._paths[name])
+            at = f"{where}: {format_path(self._paths[name])}"
+            if isinstance(domain, Categorical):
+                params[name] = _category_index(domain, given, rng, at)
+                return domain.categories[params[name]]
+            value = domain.sample(rng) if given is _MISSING else given
+            internal = _internal(domain, self._dists[name], value)
+            if internal is None or _value(domain, internal) != value:
+                raise ValueError(f"{at}={value!r} is not a value {domain!r} can take")
+            params[name] = internal
+            return value
+
+        config = resolve(self._space, rng, chooser=chooser)
+        unknown = sorted(set(flatten(point)) - set(flatten(config)))
+        if unknown:
+            raise ValueError(f"{where} sets {unknown}, which are not keys of the search space")
+        return params
+
+
+# ---------------------------------------------------------------------- translation
+
+
+def _translate(
+    optuna: Any,
+    node: Any,
+    path: tuple[Any, ...],
+    name: tuple[Any, ...],
+    dists: dict[str, Any],
+    paths: dict[str, tuple[Any, ...]],
+) -> None:
+    """Fill `dists` with the Optuna distribution of every domain under `node`, by
+    the names `resolve`'s chooser uses (each branch of a choice has its own)."""
+    if isinstance(node, Function):
+        return  # computed from the config by resolve
+    if isinstance(node, Normal):
+        raise ValueError(
+            f"BayesOptSearch: {format_path(path)} is {node!r}, which has no bounds: a "
+            "Gaussian process needs bounded parameters; use tune.uniform(...) or "
+            "HyperOptSearch, which handles randn"
+        )
+    if isinstance(node, Domain):
+        label = parameter_name(name)
+        if label in dists:
+            raise ValueError(
+                f"BayesOptSearch: {format_path(path)} and {format_path(paths[label])} "
+                f"have the same parameter name {label!r}; rename one of the keys"
+            )
+        dists[label], paths[label] = _distribution(optuna, node), path
+        if isinstance(node, Categorical):
+            for i, category in enumerate(node.categories):
+                _translate(optuna, category, path, (*name, _Category(i)), dists, paths)
+        return
+    if isinstance(node, dict) and GRID_KEY in node:
+        raise ValueError(
+            f"BayesOptSearch: {format_path(path)} is a grid_search, which a model-based "
+            "searcher cannot follow; use tune.choice([...]) instead"
+        )
+    items: Any = ()
+    if isinstance(node, dict):
+        items = node.items()
+    elif isinstance(node, (list, tuple)):
+        items = enumerate(node)
+    for key, value in items:
+        _translate(optuna, value, (*path, key), (*name, key), dists, paths)
+
+
+def _distribution(optuna: Any, domain: Domain) -> Any:
+    """A category is its index; a quantized value or an int, its multiple k of q
+    (an int, log-scaled with the domain), so every value the model picks is exact."""
+    dist = optuna.distributions
+    if isinstance(domain, Categorical):
+        return dist.CategoricalDistribution(list(range(len(domain.categories))))
+    assert isinstance(domain, (Float, Integer))
+    if isinstance(domain, Integer) or domain.q is not None:
+        k_lo, k_hi = domain._multiples()
+        return dist.IntDistribution(k_lo, k_hi, log=domain.log)
+    return dist.FloatDistribution(domain.lower, domain.upper, log=domain.log)
+
+
+def _suggest(trial: Any, name: str, dist: Any) -> Any:
+    if hasattr(dist, "choices"):
+        return trial.suggest_categorical(name, dist.choices)
+    if isinstance(dist.low, int):
+        return trial.suggest_int(name, dist.low, dist.high, log=dist.log)
+    return trial.suggest_float(name, dist.low, dist.high, log=dist.log)
+
+
+def _value(domain: Domain, internal: Any) -> Any:
+    """The domain's value for an Optuna parameter (index, multiple of q, or float)."""
+    if isinstance(domain, Categorical):
+        return domain.categories[int(internal)]
+    if isinstance(domain, Integer):
+        return int(internal) * domain.q
+    assert isinstance(domain, Float)
+    if domain.q is not None:
+        return _float_times(int(internal), domain.q)
+    return min(max(float(internal), domain.lower), domain.upper)
+
+
+def _internal(domain: Domain, dist: Any, value: Any) -> Any:
+    """The Optuna parameter for a value of a numeric domain (see `_value`); None when
+    the value is not a number inside the distribution."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    assert isinstance(domain, (Float, Integer))
+    internal: int | float = float(value) if domain.q is None else round(value / domain.q)
+    return internal if dist.low <= internal <= dist.high else None
+
+
+def _bounds_to_domains(space: Any) -> Any:
+    """Ray's bayes_opt form ``{"x": (lower, upper)}``: the bounds become uniform floats."""
+    if (
+        isinstance(space, tuple)
+        and len(space) == 2
+        and all(isinstance(b, (int, float)) and not isinstance(b, bool) for b in space)
+    ):
+        return uniform(*space)
+    if isinstance(space, dict) and GRID_KEY not in space:
+        return {k: _bounds_to_domains(v) for k, v in space.items()}
+    return space
+
+
+def _key(params: dict[str, Any]) -> str:
+    """A suggestion's identity for `skip_duplicate` and `patience` (floats to 6 digits)."""
+    rounded = {k: float(f"{v:.6g}") if isinstance(v, float) else v for k, v in params.items()}
+    return json.dumps(rounded, sort_keys=True)
+
+
+@contextmanager
+def _quiet(optuna: Any) -> Iterator[None]:
+    """Optuna's INFO lines ("A new study created...") are noise here."""
+    before = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(max(before, optuna.logging.WARNING))
+    try:
+        yield
+    finally:
+        optuna.logging.set_verbosity(before)

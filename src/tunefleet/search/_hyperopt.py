@@ -1,0 +1,559 @@
+"""HyperOpt's Tree-structured Parzen Estimator as a searcher (Ray Tune's `HyperOptSearch`).
+
+The searcher drives HyperOpt the way `fmin` does inside, one trial at a time: a
+`Trials` object holds every suggestion, `tpe.suggest(new_ids, domain, trials,
+seed)` asks for the next one, and trials still running stay in `Trials` with no
+loss, which TPE counts as bad, so a batch asked before any result spreads out.
+
+A tunefleet space is translated to a flat dict of HyperOpt labels (the names
+`resolve`'s chooser uses, so each branch of a conditional choice has its own).
+Configs are built by `resolve(space, rng, chooser=...)` fed with the values TPE
+picked: ints come back as ints, quantized values as exact multiples of q,
+categories as the very category objects, and sample_from functions run on the
+finished config as with random search.
+
+State is the observations as JSON (each trial's HyperOpt values, state and
+loss), the seed and the counters; `set_state` rebuilds `Trials` by replay. The
+seed of each TPE call is derived from (seed, call number), so a restored
+searcher makes the same next suggestions.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable, Mapping
+from functools import partial
+from typing import Any
+
+from tunefleet._metrics import MetricSpec, ModeSpec, metric_value
+from tunefleet.search._base import Searcher
+from tunefleet.space import (
+    GRID_KEY,
+    Categorical,
+    Domain,
+    Float,
+    Function,
+    Integer,
+    Normal,
+    _Category,
+    _float_times,
+    flatten,
+    format_path,
+    has_domains,
+    parameter_name,
+    resolve,
+    validate_space,
+)
+
+_STATE_VERSION = 1
+_TPE_TRIES, _RANDOM_TRIES = 10, 20  # draws to avoid a duplicate before accepting one
+_RUNNING, _DONE, _ERROR = 1, 2, 3  # hyperopt.base.JOB_STATE_*
+_MISSING = object()
+
+
+def _import_hyperopt() -> Any:
+    try:
+        import hyperopt
+    except ImportError as exc:
+        raise ImportError(
+            "HyperOptSearch needs the hyperopt package: pip install 'tunefleet[hyperopt]'"
+        ) from exc
+    return hyperopt
+
+
+class HyperOptSearch(Searcher):
+    """Tree-structured Parzen Estimator search with HyperOpt (Ray Tune's `HyperOptSearch`).
+
+    Args:
+        space: a search space for this searcher alone, either tunefleet domains or a
+            native HyperOpt space (``{"x": hp.uniform("x", 0, 1)}``); the Tuner's
+            `param_space` then holds only constants. None: use `param_space`.
+        metric, mode: what to optimise; taken from `TuneConfig` when None.
+        points_to_evaluate: configs to run first (nested dicts or "a/b" keys; values
+            left out are drawn at random). For a native space: ``{label: value}``.
+        evaluated_rewards: the metric values of `points_to_evaluate`, already known:
+            those points are told to TPE and not run again.
+        n_initial_points: random suggestions before TPE models the results.
+        random_state_seed: seed of every random choice (None: a fresh one).
+        gamma: the fraction of trials TPE counts as good.
+
+    Example:
+        >>> import tunefleet as tune
+        >>> search = HyperOptSearch(metric="loss", mode="min", random_state_seed=0)
+        >>> search.set_search_properties(None, None, {"lr": tune.loguniform(1e-4, 1e-1)})
+        True
+        >>> 1e-4 <= search.suggest("t1")["lr"] < 1e-1
+        True
+    """
+
+    def __init__(
+        self,
+        space: dict[str, Any] | None = None,
+        *,
+        metric: str | None = None,
+        mode: str | None = None,
+        points_to_evaluate: list[dict[str, Any]] | None = None,
+        evaluated_rewards: list[float] | None = None,
+        n_initial_points: int = 20,
+        random_state_seed: int | None = None,
+        gamma: float = 0.25,
+    ) -> None:
+        super().__init__(metric=metric, mode=mode)
+        self._hp = _import_hyperopt()
+        if space is not None and not isinstance(space, dict):
+            raise TypeError(f"space must be a dict, not {type(space).__name__}")
+        points = list(points_to_evaluate or [])
+        for i, point in enumerate(points):
+            if not isinstance(point, dict):
+                raise TypeError(f"points_to_evaluate[{i}]={point!r} must be a dict")
+        rewards = None if evaluated_rewards is None else list(evaluated_rewards)
+        if rewards is not None and len(rewards) != len(points):
+            raise ValueError(
+                f"evaluated_rewards has {len(rewards)} values for {len(points)} "
+                "points_to_evaluate: give one per point"
+            )
+        for i, reward in enumerate(rewards or []):
+            if isinstance(reward, bool) or not isinstance(reward, (int, float)):
+                raise TypeError(f"evaluated_rewards[{i}]={reward!r} must be a number")
+            if not math.isfinite(reward):
+                raise ValueError(f"evaluated_rewards[{i}]={reward!r} must be finite")
+        if isinstance(n_initial_points, bool) or not isinstance(n_initial_points, int):
+            raise TypeError(f"n_initial_points={n_initial_points!r} must be an int")
+        if n_initial_points < 0:
+            raise ValueError(f"n_initial_points={n_initial_points!r} must be >= 0")
+        if not 0 < gamma < 1:
+            raise ValueError(f"gamma={gamma!r} must be between 0 and 1")
+        if random_state_seed is not None and (
+            isinstance(random_state_seed, bool) or not isinstance(random_state_seed, int)
+        ):
+            raise TypeError(f"random_state_seed={random_state_seed!r} must be an int or None")
+        self._own_space = space
+        self._points, self._rewards = points, rewards
+        self._algo = partial(
+            self._hp.tpe.suggest, n_startup_jobs=n_initial_points, gamma=gamma, verbose=False
+        )
+        seed = random.Random().getrandbits(32) if random_state_seed is None else random_state_seed
+        self._seed = seed % 2**32
+        self._space: dict[str, Any] | None = None  # the tunefleet space; None: native
+        self._params: dict[str, Domain] = {}  # label -> domain (tunefleet spaces)
+        self._paths: dict[str, tuple[Any, ...]] = {}  # label -> key path in the config
+        self._constants: dict[str, Any] = {}  # the Tuner's param_space under an own space
+        self._domain: Any = None
+        self._trials: Any = None
+        self._live: dict[str, int] = {}  # trial_id -> HyperOpt tid
+        self._queue: list[dict[str, list[Any]]] = []  # values of points still to run
+        self._calls = 0  # TPE calls so far (each one's seed derives from it)
+        self._next_tid = 0
+        self._constraints: list[str] = []
+
+    # ------------------------------------------------------------------ setup
+
+    def set_search_properties(
+        self, metric: MetricSpec, mode: ModeSpec, config: dict[str, Any], **spec: Any
+    ) -> bool:
+        """Take the metric, mode and search space (or check `param_space` holds only
+        constants when the searcher was given its own `space`)."""
+        super().set_search_properties(metric, mode, config, **spec)
+        if self.metric is None or self.mode is None:
+            raise ValueError(
+                "HyperOptSearch needs a metric and a mode: pass them to HyperOptSearch or "
+                "to TuneConfig"
+            )
+        self._constraints = list(spec.get("constraints") or [])
+        if not isinstance(config, dict):
+            raise TypeError(f"param_space must be a dict, not {type(config).__name__}")
+        space = config
+        if self._own_space is not None:
+            if has_domains(config):
+                raise ValueError(
+                    "HyperOptSearch was given its own space= and param_space has search "
+                    "domains too: give the search space in one place"
+                )
+            space, self._constants = self._own_space, config
+        if _is_native(space, self._hp.pyll.Apply):
+            self._space, expr = None, space
+        else:
+            validate_space(space)
+            self._space = space
+            self._params, self._paths = {}, {}
+            expr = _translate(self._hp.hp, space, (), (), self._params, self._paths)
+        if not expr:
+            raise ValueError(
+                "HyperOptSearch: the search space has no parameter to search (only "
+                "constants and sample_from); use the default BasicVariantGenerator"
+            )
+        self._domain = self._hp.Domain(lambda s: s, expr)
+        self._trials = self._hp.Trials()
+        self._live, self._queue, self._calls, self._next_tid = {}, [], 0, 0
+        for i, point in enumerate(self._points):
+            vals = self._point_vals(point, f"points_to_evaluate[{i}]")
+            if self._space is None:
+                self._check_native_point(vals, point, f"points_to_evaluate[{i}]")
+            if self._rewards is None:
+                self._queue.append(vals)
+            else:
+                self._insert(self._new_tid(), vals, _DONE, self._result(self._rewards[i]))
+        return True
+
+    # ------------------------------------------------------------------ events
+
+    def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
+        """The next config: the next of `points_to_evaluate`, then TPE's."""
+        if self._trials is None:
+            raise RuntimeError("set_search_properties() must be called before suggest()")
+        tid = self._new_tid()
+        vals = self._queue.pop(0) if self._queue else self._ask(tid)
+        self._insert(tid, vals, _RUNNING, {"status": "new"})
+        self._live[trial_id] = tid
+        return self._config(tid, vals)
+
+    def on_trial_complete(
+        self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False
+    ) -> None:
+        """Tell TPE the trial's loss; a failed trial (or one with no metric) is dropped."""
+        tid = self._live.pop(trial_id, None)
+        if tid is None:
+            return
+        doc = next((d for d in self._trials.trials if d["tid"] == tid), None)
+        if doc is None:
+            return
+        value = None if error or result is None else metric_value(result, str(self.metric))
+        if value is None or not math.isfinite(value):
+            doc["state"] = _ERROR
+        else:
+            doc["state"] = _DONE
+            infeasible = any(
+                (c := metric_value(result or {}, name)) is None or c > 0
+                for name in self._constraints
+            )
+            # an infeasible trial counts as a failure: no loss, which TPE takes as +inf
+            doc["result"] = {"status": "fail"} if infeasible else self._result(value)
+        self._trials.refresh()
+
+    # ------------------------------------------------------------------ state
+
+    def get_state(self) -> dict[str, Any]:
+        """The observations (HyperOpt values, state and loss of each trial), the seed
+        and the counters, as JSON-able data."""
+        if self._trials is None:
+            raise RuntimeError("set_search_properties() must be called before get_state()")
+        trials = [
+            {"tid": d["tid"], "vals": d["misc"]["vals"], "state": d["state"], "result": d["result"]}
+            for d in self._trials.trials
+        ]
+        return {
+            "version": _STATE_VERSION,
+            "seed": self._seed,
+            "calls": self._calls,
+            "next_tid": self._next_tid,
+            "points_left": len(self._queue),
+            "live": dict(self._live),
+            "trials": trials,
+        }
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Rebuild `Trials` from the observations; the next suggestions are the ones
+        the saved searcher would have made."""
+        if state.get("version") != _STATE_VERSION:
+            raise ValueError(
+                f"HyperOptSearch state version {state.get('version')!r} is not supported "
+                f"(expected {_STATE_VERSION})"
+            )
+        if self._trials is None:
+            raise RuntimeError("set_search_properties() must be called before set_state()")
+        self._seed, self._calls = int(state["seed"]), int(state["calls"])
+        self._next_tid = int(state["next_tid"])
+        left = int(state["points_left"])
+        self._queue = self._queue[len(self._queue) - left :] if left else []
+        self._live = {str(k): int(v) for k, v in state["live"].items()}
+        self._trials = self._hp.Trials()
+        for doc in state["trials"]:
+            self._insert(int(doc["tid"]), doc["vals"], int(doc["state"]), dict(doc["result"]))
+
+    # ------------------------------------------------------------------ HyperOpt
+
+    def _new_tid(self) -> int:
+        self._next_tid += 1
+        return self._next_tid - 1
+
+    def _result(self, value: float) -> dict[str, Any]:
+        return {"status": "ok", "loss": float(value) if self.mode == "min" else -float(value)}
+
+    def _ask(self, tid: int) -> dict[str, list[Any]]:
+        """TPE's next values; a draw equal to a running or finished trial is redrawn,
+        by TPE first, then at random (a small discrete space where TPE insists)."""
+        import numpy as np
+
+        seen = {self._key(d["misc"]["vals"]) for d in self._trials.trials}
+        for attempt in range(_TPE_TRIES + _RANDOM_TRIES):
+            seed = int(np.random.SeedSequence([self._seed, self._calls]).generate_state(1)[0])
+            self._calls += 1
+            algo = self._algo if attempt < _TPE_TRIES else self._hp.rand.suggest
+            [doc] = algo([tid], self._domain, self._trials, seed)
+            vals = {label: [_plain(v) for v in vs] for label, vs in doc["misc"]["vals"].items()}
+            if self._key(vals) not in seen:
+                break
+        return vals  # a duplicate only when the space is (nearly) used up
+
+    def _insert(
+        self, tid: int, vals: dict[str, list[Any]], state: int, result: dict[str, Any]
+    ) -> None:
+        misc = {
+            "tid": tid,
+            "cmd": self._domain.cmd,
+            "workdir": self._domain.workdir,
+            "idxs": {label: [tid] * len(vs) for label, vs in vals.items()},
+            "vals": {label: list(vs) for label, vs in vals.items()},
+        }
+        [doc] = self._trials.new_trial_docs([tid], [None], [result], [misc])
+        doc["state"] = state
+        self._trials.insert_trial_docs([doc])
+        self._trials.refresh()
+
+    def _key(self, vals: Mapping[str, list[Any]]) -> tuple[tuple[str, Any], ...]:
+        """What makes two suggestions the same config (exact values, category indices)."""
+        items = []
+        for label, vs in sorted(vals.items()):
+            if not vs:
+                continue  # a parameter of a branch not chosen
+            domain = self._params.get(label)  # None: a native space, its values as they are
+            if domain is None or isinstance(domain, Categorical):
+                items.append((label, vs[0]))
+            else:
+                items.append((label, _exact(domain, vs[0])))
+        return tuple(items)
+
+    def _config(self, tid: int, vals: dict[str, list[Any]]) -> dict[str, Any]:
+        if self._space is None:  # native HyperOpt space: evaluate it as HyperOpt does
+            picked = {label: vs[0] for label, vs in vals.items() if vs}
+            memo = self._domain.memo_from_config(picked)
+            config = self._hp.pyll.rec_eval(self._domain.expr, memo=memo)
+            return {**self._constants, **_plain_tree(config)}
+
+        def chooser(name: str, domain: Domain) -> Any:
+            value = vals[name][0]
+            if isinstance(domain, Categorical):
+                return domain.categories[int(value)]
+            return _exact(domain, value)
+
+        rng = random.Random(f"{self._seed}:{tid}")  # for sample_from functions
+        return {**self._constants, **resolve(self._space, rng, chooser=chooser)}
+
+    def _point_vals(self, point: dict[str, Any], where: str) -> dict[str, list[Any]]:
+        """HyperOpt's values for a config of `points_to_evaluate`."""
+        labels = list(self._domain.params)
+        if self._space is None:
+            return {
+                label: [self._native_value(label, point, where)] if label in point else []
+                for label in labels
+            }
+        vals: dict[str, list[Any]] = {label: [] for label in labels}
+        rng = random.Random(f"{self._seed}:{where}")  # for values the point leaves out
+
+        def chooser(name: str, domain: Domain) -> Any:
+            given = _lookup(point, self._paths[name])
+            at = f"{where}: {format_path(self._paths[name])}"
+            if isinstance(domain, Categorical):
+                index = _category_index(domain, given, rng, at)
+                vals[name] = [index]
+                return domain.categories[index]
+            value = domain.sample(rng) if given is _MISSING else given
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if not number or _exact(domain, float(value)) != value:
+                raise ValueError(f"{at}={value!r} is not a value {domain!r} can take")
+            vals[name] = [float(value)]
+            return _exact(domain, float(value))
+
+        config = resolve(self._space, rng, chooser=chooser)
+        unknown = sorted(set(flatten(point)) - set(flatten(config)))
+        if unknown:
+            raise ValueError(f"{where} sets {unknown}, which are not keys of the search space")
+        return vals
+
+    def _check_native_point(self, vals: dict[str, list[Any]], point: Any, where: str) -> None:
+        try:
+            self._config(-1, vals)
+        except Exception as exc:  # HyperOpt fails deep inside pyll on a missing label
+            raise ValueError(
+                f"{where}={point!r} does not give every label the native HyperOpt space "
+                f"needs (its labels: {sorted(self._domain.params)}): {exc!r}"
+            ) from None
+
+    def _native_value(self, label: str, point: dict[str, Any], where: str) -> Any:
+        """A point's value for a native label: a choice's option is given by value."""
+        value = point[label]
+        for apply in self._hp.pyll.dfs(self._domain.expr):
+            chosen = apply.pos_args[0] if apply.name == "switch" else None
+            if chosen is not None and chosen.arg["label"].obj == label:
+                options = [getattr(o, "obj", _MISSING) for o in apply.pos_args[1:]]
+                if value in options:
+                    return options.index(value)
+                raise ValueError(f"{where}[{label!r}]={value!r} is not one of {options!r}")
+        return value
+
+
+# ---------------------------------------------------------------------- translation
+
+
+def _translate(
+    hp: Any,
+    node: Any,
+    path: tuple[Any, ...],
+    name: tuple[Any, ...],
+    params: dict[str, Domain],
+    paths: dict[str, tuple[Any, ...]],
+) -> dict[str, Any]:
+    """The HyperOpt expressions ``{label: hp...}`` for the domains under `node`.
+
+    `name` is `path` with a `_Category` after each choice, as `resolve` names them;
+    a choice's sub-spaces become the options of an ``hp.choice``, so TPE sees their
+    parameters only in the branch that is chosen.
+    """
+    if isinstance(node, Function):
+        return {}  # computed from the config by resolve
+    if isinstance(node, Domain):
+        label = parameter_name(name)
+        if label in params:
+            raise ValueError(
+                f"HyperOptSearch: {format_path(path)} and {format_path(paths[label])} "
+                f"have the same parameter name {label!r}; rename one of the keys"
+            )
+        params[label], paths[label] = node, path
+        if isinstance(node, Categorical):
+            options = [
+                _translate(hp, c, path, (*name, _Category(i)), params, paths)
+                for i, c in enumerate(node.categories)
+            ]
+            return {label: hp.choice(label, options)}
+        return {label: _expression(hp, label, node)}
+    if isinstance(node, dict) and GRID_KEY in node:
+        raise ValueError(
+            f"HyperOptSearch: {format_path(path)} is a grid_search, which a model-based "
+            "searcher cannot follow; use tune.choice([...]) instead"
+        )
+    items: Any = ()
+    if isinstance(node, dict):
+        items = node.items()
+    elif isinstance(node, (list, tuple)):
+        items = enumerate(node)
+    found: dict[str, Any] = {}
+    for key, value in items:
+        found.update(_translate(hp, value, (*path, key), (*name, key), params, paths))
+    return found
+
+
+def _expression(hp: Any, label: str, domain: Domain) -> Any:
+    """The HyperOpt distribution of one numeric domain.
+
+    A quantized domain spans half a step past its extreme multiples, so HyperOpt's
+    ``round(x / q) * q`` gives each allowed value the same prior mass; `_exact`
+    then turns HyperOpt's float into the domain's exact value.
+    """
+    if isinstance(domain, Normal):
+        if domain.q is None:
+            return hp.normal(label, domain.mean, domain.sd)
+        return hp.qnormal(label, domain.mean, domain.sd, domain.q)
+    assert isinstance(domain, (Float, Integer))  # Categorical and Function are handled
+    q = domain.q
+    if q is None:
+        if domain.log:
+            return hp.loguniform(label, math.log(domain.lower), math.log(domain.upper))
+        return hp.uniform(label, domain.lower, domain.upper)
+    low, high = domain.min_value - q / 2, domain.max_value + q / 2
+    if domain.log:  # min_value >= q > 0 here, so low >= q/2 > 0
+        return hp.qloguniform(label, math.log(low), math.log(high), q)
+    return hp.quniform(label, low, high, q)
+
+
+def _exact(domain: Domain, value: Any) -> Any:
+    """The domain's value for HyperOpt's number: an int, an exact multiple of q, in bounds."""
+    if isinstance(domain, Normal):
+        return float(value) if domain.q is None else _float_times(round(value / domain.q), domain.q)
+    if isinstance(domain, Integer):
+        k_lo, k_hi = domain._multiples()
+        return min(max(round(value / domain.q), k_lo), k_hi) * domain.q
+    assert isinstance(domain, Float)
+    if domain.q is None:
+        return min(max(float(value), domain.lower), domain.upper)
+    k_lo, k_hi = domain._multiples()
+    return _float_times(min(max(round(value / domain.q), k_lo), k_hi), domain.q)
+
+
+# ---------------------------------------------------------------------- helpers
+
+
+def _is_native(space: Any, apply: type) -> bool:
+    """True if the space holds HyperOpt expressions (refused when mixed with domains)."""
+    found: list[bool] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, apply):
+            found.append(True)
+        elif isinstance(node, Domain) or (isinstance(node, dict) and GRID_KEY in node):
+            found.append(False)
+        elif isinstance(node, dict):
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, (list, tuple)):
+            for value in node:
+                walk(value)
+
+    walk(space)
+    if any(found) and not all(found):
+        raise ValueError(
+            "HyperOptSearch: the space mixes HyperOpt expressions (hp.*) with tunefleet "
+            "domains; write it with one or the other"
+        )
+    return any(found)
+
+
+def _lookup(point: Any, path: tuple[Any, ...]) -> Any:
+    """The point's value at `path`, from nested dicts or a flat "a/b" key."""
+    node = point
+    for i, key in enumerate(path):
+        flat = "/".join(str(k) for k in path[i:])
+        if isinstance(node, dict) and key in node:
+            node = node[key]
+        elif isinstance(node, dict) and flat in node:
+            return node[flat]
+        elif isinstance(node, (list, tuple)) and isinstance(key, int) and key < len(node):
+            node = node[key]
+        else:
+            return _MISSING
+    return node
+
+
+def _category_index(domain: Categorical, given: Any, rng: random.Random, where: str) -> int:
+    """The category a point's value belongs to (a random one when the point has none)."""
+    if given is _MISSING:
+        return rng.randrange(len(domain.categories))
+    for i, category in enumerate(domain.categories):
+        if _fits(category, given):
+            return i
+    raise ValueError(f"{where}={given!r} is not one of {domain.categories!r}")
+
+
+def _fits(category: Any, value: Any) -> bool:
+    """Whether `value` could come from `category` (a constant or a sub-space)."""
+    if isinstance(category, Domain):
+        return True
+    if isinstance(category, dict) and isinstance(value, dict):
+        return set(value) <= set(category) and all(_fits(category[k], value[k]) for k in value)
+    if isinstance(category, (list, tuple)) and isinstance(value, (list, tuple)):
+        return len(category) == len(value) and all(map(_fits, category, value))
+    return category is value or (type(category) is type(value) and category == value)
+
+
+def _plain(value: Any) -> Any:
+    """A numpy scalar as the Python int or float it holds."""
+    item: Callable[[], Any] | None = getattr(value, "item", None)
+    return item() if item is not None and not isinstance(value, (int, float)) else value
+
+
+def _plain_tree(node: Any) -> Any:
+    if isinstance(node, dict):
+        return {k: _plain_tree(v) for k, v in node.items()}
+    if isinstance(node, (list, tuple)):
+        return type(node)(_plain_tree(v) for v in node)
+    return _plain(node)
