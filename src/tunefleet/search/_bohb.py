@@ -1,0 +1,507 @@
+"""BOHB's model (Falkner et al. 2018) on Optuna's multivariate TPE: `TuneBOHB`.
+
+BOHB keeps the observations of every budget (the HyperBand milestone a result was
+reported at) and fits a multivariate density model, TPE style, on the largest
+budget that has enough of them: the best `top_n_percent` form the "good" density
+l(x), the rest the "bad" one g(x), and the next config maximises l/g over
+candidates drawn from l. A `random_fraction` of the configs is drawn at random.
+
+The density model is Optuna's `TPESampler(multivariate=True, group=True)`: for
+each suggestion a fresh in-memory study gets the observations of the chosen budget
+(`add_trial`) and is asked once. Trials still running are not given to it (as in
+BOHB): the suggestions of a batch differ by their random candidates, and an exact
+duplicate of a config already suggested is replaced by a random one. The state is
+the observations, the seed and the counters: a restored searcher rebuilds the same
+studies and suggests the same configs.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import logging
+import math
+import random
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+from tunefleet._metrics import MetricSpec, ModeSpec, metric_value
+from tunefleet.search._base import Searcher
+from tunefleet.search._basic_variant import _merge_point
+from tunefleet.search._qmc import check_points, effective_space, parameters
+from tunefleet.space import (
+    Categorical,
+    Domain,
+    Float,
+    Function,
+    Integer,
+    _float_times,
+    resolve,
+    validate_space,
+)
+
+logger = logging.getLogger(__name__)
+
+_STATE_VERSION = 1
+_DEFAULTS: dict[str, Any] = {
+    "min_points_in_model": None,
+    "top_n_percent": 15,
+    "num_samples": 64,
+    "random_fraction": 1 / 3,
+    "bandwidth_factor": 3,
+    "min_bandwidth": 1e-3,
+}
+_quiet = contextvars.ContextVar("_quiet", default=False)
+
+
+class _QuietStudies(logging.Filter):
+    """Drops Optuna's "A new study created in memory" line for the studies made here."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not _quiet.get()
+
+
+_FILTER = _QuietStudies()
+
+
+class TuneBOHB(Searcher):
+    """BOHB's model-based search; use it with `tunefleet.schedulers.HyperBandForBOHB`.
+
+    Args:
+        space: the search space, if not given as the Tuner's ``param_space``.
+        bohb_config: BOHB's settings (hpbandster's names, as in Ray):
+            ``min_points_in_model`` (None: number of parameters + 1; the least size
+            of the good set, TPE's ``n_startup_trials``), ``top_n_percent`` (15: the
+            good set's share, TPE's ``gamma``), ``num_samples`` (64 candidates per
+            suggestion, TPE's ``n_ei_candidates``), ``random_fraction`` (1/3 of the
+            configs drawn at random). ``bandwidth_factor`` and ``min_bandwidth``
+            are accepted at their defaults only: Optuna's TPE sets its own bandwidths.
+        metric, mode: what to optimise; taken from `TuneConfig` when None.
+        points_to_evaluate: configs to run first (each may set only some keys).
+        seed: an int; None draws one (kept in the state).
+        max_concurrent: at most this many unfinished trials; 0 means no limit.
+
+    Example:
+        >>> from tunefleet import space as tune
+        >>> bohb = TuneBOHB(metric="loss", mode="min", seed=0)
+        >>> bohb.set_search_properties(None, None, {"x": tune.uniform(0, 1)})
+        True
+        >>> 0 <= bohb.suggest("t0")["x"] < 1
+        True
+    """
+
+    def __init__(
+        self,
+        space: dict[str, Any] | None = None,
+        *,
+        bohb_config: dict[str, Any] | None = None,
+        metric: str | None = None,
+        mode: str | None = None,
+        points_to_evaluate: list[dict[str, Any]] | None = None,
+        seed: int | None = None,
+        max_concurrent: int = 0,
+    ) -> None:
+        try:
+            import optuna
+        except ImportError as exc:
+            raise ImportError("TuneBOHB needs Optuna: pip install 'tunefleet[optuna]'") from exc
+        super().__init__(metric=metric, mode=mode)
+        self._optuna = optuna
+        self.bohb_config = _check_config(bohb_config)
+        if isinstance(max_concurrent, bool) or not isinstance(max_concurrent, int):
+            raise TypeError(f"TuneBOHB: max_concurrent={max_concurrent!r} must be an int")
+        if max_concurrent < 0:
+            raise ValueError(f"TuneBOHB: max_concurrent={max_concurrent!r} must be >= 0")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise TypeError(f"TuneBOHB: seed={seed!r} must be an int or None")
+        self.max_concurrent = max_concurrent
+        self._seed = random.Random().getrandbits(63) if seed is None else seed
+        self._own_space = space
+        self._points = check_points("TuneBOHB", points_to_evaluate)
+        self._space: dict[str, Any] | None = None
+        self._point_spaces: list[dict[str, Any]] = []
+        self._params: dict[str, _Param] = {}
+        self._min_points = 1
+        # trial id -> {"params": {name: Optuna value}, "obs": {budget: loss}, "live": bool}
+        self._trials: dict[str, dict[str, Any]] = {}
+        self._count = 0  # suggestions made: each has its own generator
+        self._points_done = 0
+        self._warned_budget = False
+        logging.getLogger("optuna.storages._in_memory").addFilter(_FILTER)
+
+    def set_search_properties(
+        self, metric: MetricSpec, mode: ModeSpec, config: dict[str, Any], **spec: Any
+    ) -> bool:
+        """Receive the metric, mode and search space; refuse what TPE cannot model."""
+        super().set_search_properties(metric, mode, config, **spec)
+        if self.metric is None or self.mode is None:
+            raise ValueError(
+                f"TuneBOHB needs a metric and a mode (metric={self.metric!r}, "
+                f"mode={self.mode!r}): give them to TuneBOHB or to TuneConfig"
+            )
+        if spec.get("constraints"):
+            logger.warning(
+                "TuneBOHB does not model constraints: it suggests configs as if %s "
+                "were not constrained (the results still record them)",
+                spec["constraints"],
+            )
+        space = effective_space("TuneBOHB", self._own_space, config)
+        self._params = {name: _Param(d, where) for name, d, where in parameters("TuneBOHB", space)}
+        self._space = space
+        given = self.bohb_config["min_points_in_model"]
+        self._min_points = len(self._params) + 1 if given is None else given
+        self._point_spaces = []
+        for i, point in enumerate(self._points):
+            merged = _merge_point(space, point, f"points_to_evaluate[{i}]")
+            validate_space(merged, root=f"param_space updated by points_to_evaluate[{i}]")
+            self._point_spaces.append(merged)
+        return True
+
+    # -- suggestions ----------------------------------------------------------------------
+    def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
+        """A point of `points_to_evaluate`, a random config, or the model's."""
+        if self._space is None:
+            raise RuntimeError("set_search_properties() must be called before suggest()")
+        if self.max_concurrent and sum(t["live"] for t in self._trials.values()) >= (
+            self.max_concurrent
+        ):
+            return None
+        rng = random.Random(f"{self._seed}:{self._count}")
+        self._count += 1
+        if self._points_done < len(self._point_spaces):
+            index = self._points_done
+            self._points_done += 1
+            config = resolve(self._point_spaces[index], rng)
+            params = self._params_of(config, f"points_to_evaluate[{index}]")
+        else:
+            config, params = self._sample(rng)
+        self._trials[trial_id] = {"params": params, "obs": {}, "live": True}
+        return config
+
+    def _sample(self, rng: random.Random) -> tuple[dict[str, Any], dict[str, Any]]:
+        budget = self._model_budget()
+        use_model = budget is not None and rng.random() >= self.bohb_config["random_fraction"]
+        taken = {_key(t["params"]) for t in self._trials.values()}
+        for _ in range(20):  # a duplicate (possible in small discrete spaces) is redrawn
+            if use_model:
+                assert budget is not None
+                config, params = self._from_model(budget, rng.getrandbits(32))
+                use_model = False  # a duplicate is redrawn at random
+            else:
+                config, params = self._from_prior(rng)
+            if _key(params) not in taken:
+                break
+        return config, params
+
+    def _from_prior(self, rng: random.Random) -> tuple[dict[str, Any], dict[str, Any]]:
+        assert self._space is not None
+        params: dict[str, Any] = {}
+
+        def choose(name: str, domain: Domain) -> Any:
+            value = domain.sample(rng)
+            params[name] = self._params[name].to_param(value)
+            return value
+
+        return resolve(self._space, rng, chooser=choose), params
+
+    def _from_model(self, budget: float, seed: int) -> tuple[dict[str, Any], dict[str, Any]]:
+        assert self._space is not None
+        study = self._study(budget, seed)
+        trial = study.ask()
+        params: dict[str, Any] = {}
+
+        def choose(name: str, domain: Domain) -> Any:
+            params[name] = self._params[name].suggest(trial, name)
+            return self._params[name].to_value(params[name])
+
+        return resolve(self._space, random.Random(seed), chooser=choose), params
+
+    def _study(self, budget: float, seed: int) -> Any:
+        """A fresh study holding the observations at `budget`."""
+        optuna = self._optuna
+        cfg = self.bohb_config
+        with warnings.catch_warnings():
+            # `gamma` (and `warn_independent_sampling`) are deprecated since Optuna 4.9 and
+            # `group` is experimental: BOHB's good-set size and conditional spaces need them
+            warnings.simplefilter("ignore", FutureWarning)
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            sampler = optuna.samplers.TPESampler(
+                seed=seed,
+                multivariate=True,
+                group=True,
+                constant_liar=False,
+                warn_independent_sampling=False,  # a branch never observed yet is normal
+                n_startup_trials=self._min_points,
+                n_ei_candidates=cfg["num_samples"],
+                gamma=functools.partial(_n_good, self._min_points, cfg["top_n_percent"]),
+            )
+        token = _quiet.set(True)
+        try:
+            study = optuna.create_study(sampler=sampler, direction="minimize")
+        finally:
+            _quiet.reset(token)
+        for record in self._trials.values():
+            loss = record["obs"].get(budget)
+            if loss is None:
+                continue
+            dists = {n: self._params[n].dist for n in record["params"] if n in self._params}
+            params = {n: v for n, v in record["params"].items() if n in dists}
+            study.add_trial(
+                optuna.trial.create_trial(value=loss, params=params, distributions=dists)
+            )
+        return study
+
+    def _model_budget(self) -> float | None:
+        """The largest budget whose good and bad sets both hold more points than there
+        are parameters (hpbandster's rule; Ray's BOHB): None while no budget has."""
+        counts: dict[float, int] = {}
+        for record in self._trials.values():
+            for budget in record["obs"]:
+                counts[budget] = counts.get(budget, 0) + 1
+        d = len(self._params)
+        enough = [b for b, n in counts.items() if min(self._n_good(n), n - self._n_good(n)) > d]
+        return max(enough) if enough else None
+
+    def _n_good(self, n: int) -> int:
+        return _n_good(self._min_points, self.bohb_config["top_n_percent"], n)
+
+    def _params_of(self, config: dict[str, Any], where: str) -> dict[str, Any]:
+        """The Optuna values of a resolved config (for a point of points_to_evaluate)."""
+        assert self._space is not None
+        params: dict[str, Any] = {}
+
+        def walk(node: Any, value: Any, name: tuple[str, ...]) -> None:
+            if isinstance(node, Function):
+                return
+            if isinstance(node, Domain):
+                param = self._params["/".join(name)]
+                params["/".join(name)] = param.to_param(value, where)
+                if isinstance(node, Categorical):
+                    index = params["/".join(name)]
+                    walk(node.categories[index], value, (*name, f"[{index}]"))
+            elif isinstance(node, dict) and isinstance(value, dict):
+                for key, sub in node.items():
+                    if key in value:
+                        walk(sub, value[key], (*name, str(key)))
+            elif isinstance(node, (list, tuple)) and isinstance(value, (list, tuple)):
+                for i, (sub, item) in enumerate(zip(node, value, strict=False)):
+                    walk(sub, item, (*name, str(i)))
+
+        walk(self._space, config, ())
+        return params
+
+    # -- events ---------------------------------------------------------------------------
+    def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
+        """Record the result as the trial's observation at its budget."""
+        self._observe(trial_id, result)
+
+    def on_trial_complete(
+        self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False
+    ) -> None:
+        """The trial is no longer pending; its observations stay (failed ones too)."""
+        record = self._trials.get(trial_id)
+        if record is None:
+            return
+        if result is not None and not error:
+            self._observe(trial_id, result)
+        record["live"] = False
+        if not record["obs"]:
+            del self._trials[trial_id]  # nothing learnt from it
+
+    def _observe(self, trial_id: str, result: dict[str, Any]) -> None:
+        record = self._trials.get(trial_id)
+        if record is None or self.metric is None:
+            return
+        value = metric_value(result, self.metric)
+        if value is None or not math.isfinite(value):
+            return
+        info = result.get("hyperband_info")
+        budget = info.get("budget") if isinstance(info, dict) else None
+        if budget is None:
+            if not self._warned_budget:
+                self._warned_budget = True
+                logger.warning(
+                    "TuneBOHB: a result has no hyperband_info (is the scheduler "
+                    "HyperBandForBOHB?); its training_iteration is used as its budget"
+                )
+            budget = result.get("training_iteration", 0)
+        if isinstance(budget, bool) or not isinstance(budget, (int, float)):
+            return
+        record["obs"][float(budget)] = value if self.mode == "min" else -value
+
+    # -- state ----------------------------------------------------------------------------
+    def get_state(self) -> dict[str, Any]:
+        """Observations per trial (Optuna values, budget -> loss), seed and counters."""
+        return {
+            "version": _STATE_VERSION,
+            "seed": self._seed,
+            "count": self._count,
+            "points_done": self._points_done,
+            "trials": [
+                [tid, t["params"], [[b, loss] for b, loss in t["obs"].items()], t["live"]]
+                for tid, t in self._trials.items()
+            ],
+        }
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Restore what `get_state` returned: the next suggestions are the same."""
+        if state.get("version") != _STATE_VERSION:
+            raise ValueError(
+                f"TuneBOHB state version {state.get('version')!r} is not supported "
+                f"(expected {_STATE_VERSION})"
+            )
+        self._seed = int(state["seed"])
+        self._count = int(state["count"])
+        self._points_done = int(state["points_done"])
+        self._trials = {
+            str(tid): {
+                "params": dict(params),
+                "obs": {float(b): float(loss) for b, loss in obs},
+                "live": bool(live),
+            }
+            for tid, params, obs, live in state["trials"]
+        }
+
+
+def _n_good(min_points: int, top_n_percent: float, n: int) -> int:
+    """BOHB's size of the good set (TPE's gamma): max(N_min, top_n_percent of n)."""
+    return max(min_points, int(top_n_percent * n // 100))
+
+
+def _key(params: dict[str, Any]) -> str:
+    return repr(sorted(params.items()))
+
+
+def _check_config(given: dict[str, Any] | None) -> dict[str, Any]:
+    config = dict(_DEFAULTS)
+    given = {} if given is None else given
+    if not isinstance(given, dict):
+        raise TypeError(f"TuneBOHB: bohb_config must be a dict, not {type(given).__name__}")
+    unknown = sorted(set(given) - set(_DEFAULTS))
+    if unknown:
+        raise ValueError(
+            f"TuneBOHB: bohb_config keys {unknown} are not known; the keys are {list(_DEFAULTS)}"
+        )
+    config.update(given)
+    for key in ("bandwidth_factor", "min_bandwidth"):
+        if config[key] != _DEFAULTS[key]:
+            raise ValueError(
+                f"TuneBOHB: bohb_config {key}={config[key]!r} is not supported: Optuna's TPE "
+                f"sets its bandwidths itself (leave it at {_DEFAULTS[key]!r})"
+            )
+    checks: list[tuple[str, Callable[[Any], bool], str]] = [
+        ("min_points_in_model", lambda v: v is None or (_is_int(v) and v >= 1), "an int >= 1"),
+        ("top_n_percent", lambda v: _is_number(v) and 0 < v < 100, "a number in (0, 100)"),
+        ("num_samples", lambda v: _is_int(v) and v >= 1, "an int >= 1"),
+        ("random_fraction", lambda v: _is_number(v) and 0 <= v <= 1, "a number in [0, 1]"),
+    ]
+    for key, ok, rule in checks:
+        if not ok(config[key]):
+            raise ValueError(f"TuneBOHB: bohb_config {key}={config[key]!r} must be {rule}")
+    return config
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+class _Param:
+    """One parameter: its Optuna distribution and the value <-> Optuna value mapping.
+
+    A quantized float or an int is modelled as the index ``k`` of its multiple
+    ``k * q`` (an integer distribution, log-scaled if the domain is), so values come
+    back exact; a choice as the index of its category.
+    """
+
+    def __init__(self, domain: Domain, where: str) -> None:
+        from optuna import distributions as dist
+
+        if not isinstance(domain, (Categorical, Float, Integer)):
+            raise ValueError(
+                f"TuneBOHB: {where} is a {domain.name} (unbounded): TuneBOHB handles "
+                "bounded ranges and choices only; use tune.uniform/loguniform/choice"
+            )
+        self.domain: Categorical | Float | Integer = domain
+        self.where = where
+        self.dist: Any
+        if isinstance(domain, Categorical):
+            self.dist = dist.CategoricalDistribution(list(range(len(domain.categories))))
+        elif domain.q is None:
+            self.dist = dist.FloatDistribution(domain.lower, domain.upper, log=domain.log)
+        else:  # the index k of the multiple k * q
+            q = domain.q
+            low, high = round(domain.min_value / q), round(domain.max_value / q)
+            self.dist = dist.IntDistribution(low, high, log=domain.log)
+
+    def suggest(self, trial: Any, name: str) -> Any:
+        d = self.dist
+        if isinstance(self.domain, Categorical):
+            return trial.suggest_categorical(name, d.choices)
+        if isinstance(self.domain, Float) and self.domain.q is None:
+            return trial.suggest_float(name, d.low, d.high, log=d.log)
+        return trial.suggest_int(name, d.low, d.high, log=d.log)
+
+    def to_value(self, param: Any) -> Any:
+        domain = self.domain
+        if isinstance(domain, Categorical):
+            return domain.categories[int(param)]
+        if isinstance(domain, Integer):
+            return int(param) * domain.q
+        assert isinstance(domain, Float)
+        if domain.q is not None:
+            return _float_times(int(param), domain.q)
+        return min(max(float(param), domain.lower), domain.upper)
+
+    def to_param(self, value: Any, where: str = "") -> Any:
+        """The Optuna value of one of the domain's values (`where`: for the message)."""
+        domain = self.domain
+        param: Any = None
+        if isinstance(domain, Categorical):
+            param = _category_index(domain.categories, value)
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            if isinstance(domain, Float) and domain.q is None:
+                param = float(value)
+            elif domain.q:
+                param = round(value / domain.q)
+        d = self.dist
+        inside = param is not None and (isinstance(domain, Categorical) or d.low <= param <= d.high)
+        if not inside:
+            raise ValueError(
+                f"TuneBOHB: {where + ' sets ' if where else ''}{self.where}={value!r}, "
+                f"which {domain!r} cannot produce"
+            )
+        return param
+
+
+def _category_index(categories: list[Any], value: Any) -> int | None:
+    """The index of `value` among `categories`; a resolved sub-space matches its category."""
+    for i, category in enumerate(categories):
+        if category is value or (type(category) is type(value) and category == value):
+            return i
+    for i, category in enumerate(categories):
+        if _fits(category, value):
+            return i
+    return None
+
+
+def _fits(node: Any, value: Any) -> bool:
+    if isinstance(node, Domain):
+        return True
+    if isinstance(node, dict):
+        return (
+            isinstance(value, dict)
+            and node.keys() == value.keys()
+            and all(_fits(node[k], value[k]) for k in node)
+        )
+    if isinstance(node, (list, tuple)):
+        return (
+            isinstance(value, (list, tuple))
+            and len(node) == len(value)
+            and all(_fits(a, b) for a, b in zip(node, value, strict=True))
+        )
+    return bool(type(node) is type(value) and node == value)

@@ -1,0 +1,116 @@
+"""ConcurrencyLimiter: at most `max_concurrent` trials of a searcher at once (Ray's)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tunefleet._metrics import MetricSpec, ModeSpec
+from tunefleet.search._base import Searcher
+
+_STATE_VERSION = 1
+
+
+class ConcurrencyLimiter(Searcher):
+    """Wraps a searcher so that at most `max_concurrent` of its trials run at once.
+
+    `suggest` returns None while `max_concurrent` trials it suggested are unfinished.
+    With ``batch=True`` it suggests `max_concurrent` trials, then waits until all of
+    them finished, and only then tells the wrapped searcher of their ends (in the
+    order they ended) and suggests the next batch: the searcher updates its model
+    once per batch.
+
+    Args:
+        searcher: the searcher to limit.
+        max_concurrent: the most unfinished trials at once (a positive int).
+        batch: wait for the whole batch before suggesting again.
+
+    Example:
+        >>> from tunefleet import space as tune
+        >>> from tunefleet.search import BasicVariantGenerator
+        >>> limited = ConcurrencyLimiter(BasicVariantGenerator(seed=0), max_concurrent=2)
+        >>> limited.set_search_properties(None, None, {"x": tune.uniform(0, 1)}, num_samples=5)
+        True
+        >>> [limited.suggest(t) is None for t in ("a", "b", "c")]
+        [False, False, True]
+    """
+
+    def __init__(self, searcher: Searcher, max_concurrent: int, batch: bool = False) -> None:
+        if not isinstance(searcher, Searcher):
+            raise TypeError(
+                f"ConcurrencyLimiter: searcher={searcher!r} is not a tunefleet Searcher "
+                "(see tunefleet.search)"
+            )
+        if isinstance(max_concurrent, bool) or not isinstance(max_concurrent, int):
+            raise TypeError(
+                f"ConcurrencyLimiter: max_concurrent={max_concurrent!r} must be a positive int"
+            )
+        if max_concurrent < 1:
+            raise ValueError(
+                f"ConcurrencyLimiter: max_concurrent={max_concurrent!r} must be a positive int"
+            )
+        super().__init__(metric=searcher.metric, mode=searcher.mode)
+        self.searcher = searcher
+        self.max_concurrent = max_concurrent
+        self.batch = bool(batch)
+        self.self_limiting = searcher.self_limiting  # FINISHED passes through
+        self._live: list[str] = []  # suggested, not yet told to the searcher as ended
+        self._ended: dict[str, tuple[dict[str, Any] | None, bool]] = {}  # batch: held back
+
+    def set_search_properties(
+        self, metric: MetricSpec, mode: ModeSpec, config: dict[str, Any], **spec: Any
+    ) -> bool:
+        """Passed on to the wrapped searcher."""
+        ok = self.searcher.set_search_properties(metric, mode, config, **spec)
+        self.metric, self.mode = self.searcher.metric, self.searcher.mode
+        return ok
+
+    def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
+        """The wrapped searcher's suggestion, or None while the limit is reached."""
+        if len(self._live) >= self.max_concurrent:
+            return None
+        config = self.searcher.suggest(trial_id)
+        if isinstance(config, dict):
+            self._live.append(trial_id)
+        return config
+
+    def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
+        """Passed on to the wrapped searcher."""
+        self.searcher.on_trial_result(trial_id, result)
+
+    def on_trial_complete(
+        self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False
+    ) -> None:
+        """Free the trial's slot (with `batch`: once every trial of the batch ended)."""
+        if trial_id not in self._live:  # not counted here (e.g. suggested before a restore)
+            self.searcher.on_trial_complete(trial_id, result, error)
+            return
+        if not self.batch:
+            self._live.remove(trial_id)
+            self.searcher.on_trial_complete(trial_id, result, error)
+            return
+        self._ended[trial_id] = (result, error)
+        if len(self._ended) < len(self._live):
+            return
+        ended, self._ended, self._live = self._ended, {}, []
+        for tid, (res, err) in ended.items():
+            self.searcher.on_trial_complete(tid, res, err)
+
+    def get_state(self) -> dict[str, Any]:
+        """The live trials, the ends held back for the batch, the searcher's state."""
+        return {
+            "version": _STATE_VERSION,
+            "live": list(self._live),
+            "ended": [[tid, res, err] for tid, (res, err) in self._ended.items()],
+            "searcher": self.searcher.get_state(),
+        }
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Restore what `get_state` returned (the wrapped searcher's state included)."""
+        if state.get("version") != _STATE_VERSION:
+            raise ValueError(
+                f"ConcurrencyLimiter state version {state.get('version')!r} is not "
+                f"supported (expected {_STATE_VERSION})"
+            )
+        self._live = [str(t) for t in state["live"]]
+        self._ended = {str(tid): (res, bool(err)) for tid, res, err in state["ended"]}
+        self.searcher.set_state(state["searcher"])
