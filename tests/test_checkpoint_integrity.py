@@ -584,3 +584,18 @@ def test_retry_skips_a_corrupt_newest_checkpoint(storage: str) -> None:
         steps = [r["step"] for r in reader.results(trial_id)]
     assert started["data"]["checkpoint"].endswith("checkpoint_000002")
     assert steps == [0, 1, 2, 3]
+
+
+def test_a_dropped_name_written_again_is_kept_not_deleted() -> None:
+    # A PBT exploit copies the source's checkpoint under an iteration name that
+    # retention had just dropped for the trial itself; the controller deletes only
+    # what is no longer kept, so the queued deletion must not take the copy with it.
+    keeper = CheckpointKeeper(num_to_keep=2)
+    assert keeper.add("t", "ck/checkpoint_000004", {}) == []
+    assert keeper.add("t", "ck/checkpoint_000008", {}) == []
+    dropped = keeper.add("t", "ck/checkpoint_000012", {})
+    assert dropped == ["ck/checkpoint_000004"] and not keeper.is_kept(dropped[0])
+    keeper.add("t", "ck/checkpoint_000004", {})  # the exploit's copy, same name
+    assert keeper.is_kept("ck/checkpoint_000004")
+    keeper.forget("t", "ck/checkpoint_000004")
+    assert not keeper.is_kept("ck/checkpoint_000004")

@@ -267,3 +267,50 @@ def test_a_trial_stopped_by_the_budget_before_reporting_is_not_an_error(tmp_path
     ).fit()
     assert grid.num_errors == 0
     assert len(grid) >= 2 and grid.num_terminated == len(grid)
+
+
+def lr_curve(config: dict[str, Any], budget: int) -> dict[str, float]:
+    return {"loss": abs(config["lr"] - 0.01 * 0.9**budget) + 1.0 / budget}
+
+
+@pytest.mark.parametrize("seed", [8, 9])  # seeds that lost a checkpoint before the fix
+def test_pbt_exploits_with_tight_retention_never_lose_a_checkpoint(
+    tmp_path: Path, seed: int
+) -> None:
+    # Exploits copy checkpoints under names retention drops and reuses; no trial may
+    # run past max_budget after being exploited at its last step (one ran to 61 of 60
+    # with these seeds, before results at max_budget were marked done).
+    from tunefleet.schedulers import PopulationBasedTraining
+
+    sim = SimulatedTrainable(lr_curve, cost=1.0, max_budget=60, workers=16, overhead_scale=0)
+    results = tune.Tuner(
+        sim,
+        param_space={"lr": tune.loguniform(1e-4, 1e-1)},
+        tune_config=tune.TuneConfig(
+            metric="loss",
+            mode="min",
+            num_samples=16,
+            search_alg=BasicVariantGenerator(seed=seed),
+            scheduler=PopulationBasedTraining(
+                time_attr="training_iteration",
+                perturbation_interval=4,
+                hyperparam_mutations={"lr": tune.loguniform(1e-4, 1e-1)},
+                seed=seed,
+            ),
+        ),
+        run_config=tune.RunConfig(
+            storage_path=str(tmp_path),
+            verbose=0,
+            checkpoint_config=tune.CheckpointConfig(num_to_keep=2, checkpoint_frequency=4),
+        ),
+    ).fit()
+    assert not results.errors, results.errors[0]
+    events = StoreReader(results.experiment_path).events()
+    assert sum(e["kind"] == "exploit" for e in events) >= 5
+    for r in results:
+        # (a trial that cloned a finished source at 60 has nothing left to run: it ends
+        # with its own last result, before 60)
+        assert max(h["training_iteration"] for h in r.metrics_dataframe.to_dict("records")) <= 60
+        assert r.status == "TERMINATED"
+        for checkpoint, _ in r.best_checkpoints:
+            assert os.path.isdir(checkpoint.path), checkpoint.path

@@ -556,6 +556,7 @@ class CheckpointKeeper:
         self.score_attribute = score_attribute
         self.sign = 1.0 if score_order == "max" else -1.0
         self._kept: dict[str, list[tuple[float, int, str]]] = {}  # oldest first
+        self._paths: set[str] = set()  # every kept path, for `is_kept`
         self._counter = 0
 
     @classmethod
@@ -570,6 +571,7 @@ class CheckpointKeeper:
         self._counter += 1
         kept = [k for k in self._kept.get(trial_id, []) if k[2] != path]
         kept.append((self._score(result), self._counter, path))
+        self._paths.add(path)
         if self.num_to_keep is None or len(kept) <= self.num_to_keep:
             self._kept[trial_id] = kept
             return []
@@ -577,7 +579,14 @@ class CheckpointKeeper:
         best = sorted(kept, key=lambda k: (k[0], k[1]), reverse=True)[: self.num_to_keep]
         keep = {id(k) for k in best} | {id(latest)}
         self._kept[trial_id] = [k for k in kept if id(k) in keep]
-        return [k[2] for k in kept if id(k) not in keep]
+        dropped = [k[2] for k in kept if id(k) not in keep]
+        self._paths.difference_update(dropped)
+        return dropped
+
+    def is_kept(self, path: str) -> bool:
+        """Whether `path` is a kept checkpoint now (a name can be written again after a
+        rewind or a PBT exploit: a deletion queued for the old one must then not run)."""
+        return path in self._paths
 
     def kept(self, trial_id: str) -> list[str]:
         """The trial's kept checkpoints, newest first (for `latest_valid`)."""
@@ -586,6 +595,7 @@ class CheckpointKeeper:
     def forget(self, trial_id: str, path: str) -> None:
         """Stop tracking a checkpoint (e.g. one that failed verification); deletes nothing."""
         self._kept[trial_id] = [k for k in self._kept.get(trial_id, []) if k[2] != path]
+        self._paths.discard(path)
 
     def discard(self, path: str) -> None:
         """Delete a checkpoint that arrived after its trial was stopped (never recorded).
@@ -593,7 +603,7 @@ class CheckpointKeeper:
         A path that is kept for some trial is left alone: a stale attempt may have
         written under the same name as the current attempt's recorded checkpoint.
         """
-        if any(k[2] == path for kept in self._kept.values() for k in kept):
+        if self.is_kept(path):
             logger.debug("not discarding %s: it is a kept checkpoint", path)
             return
         for failed, reason in delete_checkpoints([path]):

@@ -422,7 +422,11 @@ class Controller:
         ):
             decision = Decision.STOP
             trial.stop_reason = "stop criteria"
-        if decision is Decision.CONTINUE and result.get("done"):
+        if result.get("done") and decision is not Decision.STOP:
+            # the trainable's last result: it ends here, whatever the scheduler wanted
+            # (a pause to exploit or resize would restart a finished trial)
+            self._exploits.pop(trial.trial_id, None)
+            self._resizes.pop(trial.trial_id, None)
             decision = Decision.STOP
             trial.stop_reason = "done"
         for cb in self.callbacks:
@@ -740,7 +744,9 @@ class Controller:
         self._committed = clock
         self.store.flush()
         if self._to_delete:
-            for path, reason in delete_checkpoints(self._to_delete):
+            # a name written again since it was dropped (a PBT exploit's copy, say) stays
+            doomed = [p for p in self._to_delete if not self.keeper.is_kept(p)]
+            for path, reason in delete_checkpoints(doomed):
                 logger.warning("could not delete checkpoint %s: %s", path, reason)
             self._to_delete.clear()
 

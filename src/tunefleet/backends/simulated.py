@@ -187,6 +187,10 @@ class SimulatedBackend(Backend):
         now = self.clock()
         state = _Sim(launch=launch, budget=launch.iteration, started=now, last_report=now)
         self._active[launch.trial_id] = state
+        if self.sim.max_budget is not None and state.budget >= self.sim.max_budget:
+            self._finish(state, "returned")  # resumed at the end: nothing left to train
+            self._resume_real()
+            return
         try:
             self._schedule_next(state, now)
         except Exception as exc:  # the user's cost function
@@ -293,7 +297,8 @@ class SimulatedBackend(Backend):
             timestamp=at,
             trial_id=launch.trial_id,
         )
-        result.setdefault("done", False)
+        last = sim.max_budget is not None and state.budget >= sim.max_budget
+        result.setdefault("done", last)  # the last step: the trial ends, nobody exploits it
         state.last_report = at
         state.last = result
         checkpoint = None
