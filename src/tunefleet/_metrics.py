@@ -128,6 +128,21 @@ def one_objective(owner: str, metric: MetricSpec, mode: ModeSpec) -> bool:
     )
 
 
+def fill_objective(
+    owner: str, own_metric: str | None, own_mode: str | None, metric: MetricSpec, mode: ModeSpec
+) -> tuple[str | None, str | None]:
+    """An algorithm's (metric, mode) for one objective: its own, each one it lacks taken
+    from the experiment's `metric` and `mode` (`one_objective` refuses several)."""
+    if own_metric is not None and own_mode is not None:
+        return own_metric, own_mode
+    one_objective(owner, metric, mode)
+    assert not isinstance(metric, list) and not isinstance(mode, list)
+    return (
+        metric if own_metric is None else own_metric,
+        mode if own_mode is None else own_mode,
+    )
+
+
 def pareto_front(points: Sequence[Sequence[float]]) -> list[int]:
     """Indices of the non-dominated "higher is better" vectors, in their order.
 

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tunefleet._metrics import MetricSpec, ModeSpec, one_objective
+from tunefleet._metrics import MetricSpec, ModeSpec, fill_objective
 from tunefleet.schedulers._candidates import Candidates
 from tunefleet.trial import Trial
 
@@ -100,14 +100,8 @@ class TrialScheduler:
 
     def set_search_properties(self, metric: MetricSpec, mode: ModeSpec, **spec: Any) -> bool:
         """The experiment's metric and mode; the scheduler's own, when given, win."""
-        if self.metric is not None and self.mode is not None:
-            return True
-        if one_objective(type(self).__name__, metric, mode):
-            assert not isinstance(metric, list) and not isinstance(mode, list)
-            if self.metric is None:
-                self.metric = metric
-            if self.mode is None:
-                self.mode = mode
+        owner = type(self).__name__
+        self.metric, self.mode = fill_objective(owner, self.metric, self.mode, metric, mode)
         return True
 
     def on_trial_add(self, trial: Trial) -> None:

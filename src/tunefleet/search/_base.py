@@ -11,7 +11,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any, Final
 
-from tunefleet._metrics import MetricSpec, ModeSpec, one_objective
+from tunefleet._metrics import MetricSpec, ModeSpec, fill_objective
 
 FINISHED: Final = "FINISHED"
 """Returned by `suggest` when the searcher has no more configurations, ever."""
@@ -45,14 +45,8 @@ class Searcher(ABC):
         searcher for several objectives overrides this (the base takes one).
         Returns False if the searcher cannot use them.
         """
-        if self.metric is not None and self.mode is not None:
-            return True
-        if one_objective(type(self).__name__, metric, mode):
-            assert not isinstance(metric, list) and not isinstance(mode, list)
-            if self.metric is None:
-                self.metric = metric
-            if self.mode is None:
-                self.mode = mode
+        owner = type(self).__name__
+        self.metric, self.mode = fill_objective(owner, self.metric, self.mode, metric, mode)
         return True
 
     @abstractmethod

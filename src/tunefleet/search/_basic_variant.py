@@ -15,15 +15,8 @@ from typing import Any
 
 from tunefleet._metrics import MetricSpec, ModeSpec
 from tunefleet.search._base import FINISHED, Searcher
-from tunefleet.space import (
-    GRID_KEY,
-    SearchSpaceError,
-    format_path,
-    grid_point,
-    grid_size,
-    resolve,
-    validate_space,
-)
+from tunefleet.search._shared import check_points, check_state_version, point_spaces
+from tunefleet.space import grid_point, grid_size, resolve, validate_space
 
 _STATE_VERSION = 2
 
@@ -69,19 +62,10 @@ class BasicVariantGenerator(Searcher):
             raise TypeError(f"max_concurrent={max_concurrent!r} must be an int (0: no limit)")
         if max_concurrent < 0:
             raise ValueError(f"max_concurrent={max_concurrent!r} must be >= 0 (0: no limit)")
-        points = [] if points_to_evaluate is None else points_to_evaluate
-        if not isinstance(points, (list, tuple)):
-            raise TypeError(
-                f"points_to_evaluate must be a list of dicts, not {type(points).__name__}"
-            )
-        for i, point in enumerate(points):
-            if not isinstance(point, dict):
-                raise TypeError(
-                    f"points_to_evaluate[{i}]={point!r} must be a dict, not {type(point).__name__}"
-                )
+        points = check_points("BasicVariantGenerator", points_to_evaluate)
         if random_state is not None and seed is not None and random_state != seed:
             raise ValueError(f"random_state={random_state!r} and seed={seed!r} disagree; pass one")
-        self.points_to_evaluate = [dict(p) for p in points]
+        self.points_to_evaluate = points
         self.max_concurrent = max_concurrent
         self.constant_grid_search = bool(constant_grid_search)
         self._base_seed = _make_rng(seed if seed is not None else random_state).getrandbits(64)
@@ -107,11 +91,7 @@ class BasicVariantGenerator(Searcher):
         if not isinstance(config, dict):
             raise TypeError(f"param_space must be a dict, not {type(config).__name__}")
         validate_space(config)
-        unit_spaces = []
-        for i, point in enumerate(self.points_to_evaluate):
-            merged = _merge_point(config, point, f"points_to_evaluate[{i}]")
-            validate_space(merged, root=f"param_space updated by points_to_evaluate[{i}]")
-            unit_spaces.append(merged)
+        unit_spaces = point_spaces(config, self.points_to_evaluate)
         self._space, self._unit_spaces, self.num_samples = config, unit_spaces, num_samples
         return True
 
@@ -171,11 +151,7 @@ class BasicVariantGenerator(Searcher):
 
     def set_state(self, state: dict[str, Any]) -> None:
         """Continue exactly where the generator that gave `state` stopped."""
-        if state.get("version") != _STATE_VERSION:
-            raise ValueError(
-                f"BasicVariantGenerator state version {state.get('version')!r} is not "
-                f"supported (expected {_STATE_VERSION})"
-            )
+        check_state_version("BasicVariantGenerator", state, _STATE_VERSION)
         self._base_seed = int(state["base_seed"])
         self._unit, self._grid_index = int(state["unit"]), int(state["grid_index"])
         self._live = [str(t) for t in state["live_trials"]]
@@ -192,23 +168,3 @@ def _make_rng(seed: int | random.Random | None) -> random.Random:
             f"random_state/seed={seed!r} must be an int or random.Random, not {type(seed).__name__}"
         )
     return random.Random(seed)
-
-
-def _merge_point(space: dict[str, Any], point: dict[str, Any], where: str) -> dict[str, Any]:
-    """The space with the point's values set (a deep update, as in Ray)."""
-    merged = dict(space)
-    for key, value in point.items():
-        if key not in space and isinstance(key, str) and "/" in key:
-            head, rest = key.split("/", 1)
-            value, key = {rest: value}, head
-        if key not in space:
-            keys = ", ".join(repr(k) for k in space)
-            raise SearchSpaceError(
-                f"{where}: key {key!r} is not in the search space (its keys there: {keys})"
-            )
-        inner = merged[key]
-        if isinstance(value, dict) and isinstance(inner, dict) and GRID_KEY not in inner:
-            merged[key] = _merge_point(inner, value, f"{where}{format_path([key], '')}")
-        else:
-            merged[key] = value
-    return merged

@@ -20,26 +20,35 @@ from __future__ import annotations
 import json
 import math
 import random
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from tunefleet._metrics import MetricSpec, ModeSpec, metric_value
 from tunefleet.search._base import FINISHED, Searcher
-from tunefleet.search._hyperopt import _MISSING, _category_index, _lookup
+from tunefleet.search._shared import (
+    check_points,
+    check_rewards,
+    check_state_version,
+    children,
+    claim_name,
+    grid_refused,
+    import_optional,
+    index_distribution,
+    index_value,
+    number_index,
+    point_params,
+    quiet_optuna,
+    require_metric,
+    split_space,
+    suggest_index,
+)
 from tunefleet.space import (
     GRID_KEY,
     Categorical,
     Domain,
-    Float,
     Function,
-    Integer,
     Normal,
     _Category,
-    _float_times,
-    flatten,
     format_path,
-    has_domains,
     parameter_name,
     resolve,
     uniform,
@@ -52,19 +61,6 @@ if TYPE_CHECKING:
 
 _STATE_VERSION = 1
 _RANDOM_TRIES = 10  # random draws replacing a duplicate before giving up (None)
-
-
-def _import_optuna() -> Any:
-    try:
-        import optuna
-        import scipy  # noqa: F401  # GPSampler needs both, and says so only when sampling
-        import torch  # noqa: F401
-    except ImportError as exc:
-        raise ImportError(
-            "BayesOptSearch needs optuna, scipy and torch (it runs Optuna's GPSampler): "
-            "pip install 'tunefleet[bayesopt]'"
-        ) from exc
-    return optuna
 
 
 class BayesOptSearch(Searcher):
@@ -122,7 +118,15 @@ class BayesOptSearch(Searcher):
         skip_duplicate: bool = True,
     ) -> None:
         super().__init__(metric=metric, mode=mode)
-        self._optuna = _import_optuna()
+        # GPSampler needs scipy and torch too, and says so only when sampling
+        self._optuna = import_optional(
+            "optuna",
+            "scipy",
+            "torch",
+            owner="BayesOptSearch",
+            extra="bayesopt",
+            needs="optuna, scipy and torch (it runs Optuna's GPSampler)",
+        )
         if utility_kwargs is not None:
             raise ValueError(
                 f"BayesOptSearch utility_kwargs={utility_kwargs!r} cannot be honoured: it runs "
@@ -131,21 +135,8 @@ class BayesOptSearch(Searcher):
             )
         if space is not None and not isinstance(space, dict):
             raise TypeError(f"space must be a dict, not {type(space).__name__}")
-        points = list(points_to_evaluate or [])
-        for i, point in enumerate(points):
-            if not isinstance(point, dict):
-                raise TypeError(f"points_to_evaluate[{i}]={point!r} must be a dict")
-        rewards = None if evaluated_rewards is None else list(evaluated_rewards)
-        if rewards is not None and len(rewards) != len(points):
-            raise ValueError(
-                f"evaluated_rewards has {len(rewards)} values for {len(points)} "
-                "points_to_evaluate: give one per point"
-            )
-        for i, reward in enumerate(rewards or []):
-            if isinstance(reward, bool) or not isinstance(reward, (int, float)):
-                raise TypeError(f"evaluated_rewards[{i}]={reward!r} must be a number")
-            if not math.isfinite(reward):
-                raise ValueError(f"evaluated_rewards[{i}]={reward!r} must be finite")
+        points = check_points("BayesOptSearch", points_to_evaluate)
+        rewards = check_rewards("BayesOptSearch", evaluated_rewards, len(points))
         for name, value, low in (
             ("random_state", random_state, 0),
             ("random_search_steps", random_search_steps, 0),
@@ -178,30 +169,17 @@ class BayesOptSearch(Searcher):
         """Take the metric, mode and search space (or check `param_space` holds only
         constants when the searcher was given its own `space`)."""
         super().set_search_properties(metric, mode, config, **spec)
-        if self.metric is None or self.mode is None:
-            raise ValueError(
-                "BayesOptSearch needs a metric and a mode: pass them to BayesOptSearch or "
-                "to TuneConfig"
-            )
+        require_metric("BayesOptSearch", self.metric, self.mode)
         self._constraints = list(spec.get("constraints") or [])
         if self._constraints and not hasattr(self._optuna.Trial, "set_constraint"):
             raise ValueError(
                 "BayesOptSearch with TuneConfig.constraints needs optuna>=5.0 (constraint "
                 f"values told to GPSampler); optuna {self._optuna.__version__} is installed"
             )
-        if not isinstance(config, dict):
-            raise TypeError(f"param_space must be a dict, not {type(config).__name__}")
-        space = config
-        if self._own_space is not None:
-            if has_domains(config):
-                raise ValueError(
-                    "BayesOptSearch was given its own space= and param_space has search "
-                    "domains too: give the search space in one place"
-                )
-            space, self._constants = self._own_space, config
+        space, self._constants = split_space("BayesOptSearch", self._own_space, config)
         validate_space(space)
         self._dists, self._paths = {}, {}
-        _translate(self._optuna, space, (), (), self._dists, self._paths)
+        _translate(space, (), (), self._dists, self._paths)
         if not self._dists:
             raise ValueError(
                 "BayesOptSearch: the search space has no parameter to search (only "
@@ -220,7 +198,7 @@ class BayesOptSearch(Searcher):
 
     def _reset(self) -> None:
         direction = "minimize" if self.mode == "min" else "maximize"
-        with _quiet(self._optuna):
+        with quiet_optuna():
             self._study = self._optuna.create_study(direction=direction)
         self._live, self._repeats, self._calls = {}, {}, 0
 
@@ -302,11 +280,7 @@ class BayesOptSearch(Searcher):
     def set_state(self, state: dict[str, Any]) -> None:
         """Replay the observations into a new study; the next suggestions are the
         ones the saved searcher would have made."""
-        if state.get("version") != _STATE_VERSION:
-            raise ValueError(
-                f"BayesOptSearch state version {state.get('version')!r} is not supported "
-                f"(expected {_STATE_VERSION})"
-            )
+        check_state_version("BayesOptSearch", state, _STATE_VERSION)
         if self._study is None:
             raise RuntimeError("set_search_properties() must be called before set_state()")
         self._reset()
@@ -372,7 +346,7 @@ class BayesOptSearch(Searcher):
 
     def _config(self, trial: optuna.Trial) -> dict[str, Any]:
         def chooser(name: str, domain: Domain) -> Any:
-            return _value(domain, _suggest(trial, name, self._dists[name]))
+            return index_value(domain, suggest_index(trial, name, self._dists[name]))
 
         rng = random.Random(f"{self._seed}:{trial.number}")  # for sample_from functions
         config = resolve(self._space, rng, chooser=chooser)
@@ -380,42 +354,29 @@ class BayesOptSearch(Searcher):
 
     def _point_params(self, point: dict[str, Any], where: str) -> dict[str, Any]:
         """The Optuna parameters of a config of `points_to_evaluate`."""
-        params: dict[str, Any] = {}
         rng = random.Random(f"{self._seed}:{where}")  # for values the point leaves out
 
-        def chooser(name: str, domain: Domain) -> Any:
-            given = _lookup(point, self._paths[name])
-            at = f"{where}: {format_path(self._paths[name])}"
-            if isinstance(domain, Categorical):
-                params[name] = _category_index(domain, given, rng, at)
-                return domain.categories[params[name]]
-            value = domain.sample(rng) if given is _MISSING else given
-            internal = _internal(domain, self._dists[name], value)
-            if internal is None or _value(domain, internal) != value:
-                raise ValueError(f"{at}={value!r} is not a value {domain!r} can take")
-            params[name] = internal
-            return value
+        def encode(name: str, domain: Domain, value: Any) -> tuple[Any, Any] | None:
+            internal = number_index(domain, self._dists[name], value)
+            if internal is None or index_value(domain, internal) != value:
+                return None
+            return internal, value
 
-        config = resolve(self._space, rng, chooser=chooser)
-        unknown = sorted(set(flatten(point)) - set(flatten(config)))
-        if unknown:
-            raise ValueError(f"{where} sets {unknown}, which are not keys of the search space")
-        return params
+        return point_params(self._space, point, self._paths, rng, where, encode)
 
 
 # ---------------------------------------------------------------------- translation
 
 
 def _translate(
-    optuna: Any,
     node: Any,
     path: tuple[Any, ...],
     name: tuple[Any, ...],
     dists: dict[str, Any],
     paths: dict[str, tuple[Any, ...]],
 ) -> None:
-    """Fill `dists` with the Optuna distribution of every domain under `node`, by
-    the names `resolve`'s chooser uses (each branch of a choice has its own)."""
+    """Fill `dists` with the Optuna distribution (index form) of every domain under
+    `node`, by the names `resolve`'s chooser uses (each branch of a choice has its own)."""
     if isinstance(node, Function):
         return  # computed from the config by resolve
     if isinstance(node, Normal):
@@ -426,71 +387,16 @@ def _translate(
         )
     if isinstance(node, Domain):
         label = parameter_name(name)
-        if label in dists:
-            raise ValueError(
-                f"BayesOptSearch: {format_path(path)} and {format_path(paths[label])} "
-                f"have the same parameter name {label!r}; rename one of the keys"
-            )
-        dists[label], paths[label] = _distribution(optuna, node), path
+        claim_name("BayesOptSearch", label, path, paths)
+        dists[label] = index_distribution(node)
         if isinstance(node, Categorical):
             for i, category in enumerate(node.categories):
-                _translate(optuna, category, path, (*name, _Category(i)), dists, paths)
+                _translate(category, path, (*name, _Category(i)), dists, paths)
         return
     if isinstance(node, dict) and GRID_KEY in node:
-        raise ValueError(
-            f"BayesOptSearch: {format_path(path)} is a grid_search, which a model-based "
-            "searcher cannot follow; use tune.choice([...]) instead"
-        )
-    items: Any = ()
-    if isinstance(node, dict):
-        items = node.items()
-    elif isinstance(node, (list, tuple)):
-        items = enumerate(node)
-    for key, value in items:
-        _translate(optuna, value, (*path, key), (*name, key), dists, paths)
-
-
-def _distribution(optuna: Any, domain: Domain) -> Any:
-    """A category is its index; a quantized value or an int, its multiple k of q
-    (an int, log-scaled with the domain), so every value the model picks is exact."""
-    dist = optuna.distributions
-    if isinstance(domain, Categorical):
-        return dist.CategoricalDistribution(list(range(len(domain.categories))))
-    assert isinstance(domain, (Float, Integer))
-    if isinstance(domain, Integer) or domain.q is not None:
-        k_lo, k_hi = domain._multiples()
-        return dist.IntDistribution(k_lo, k_hi, log=domain.log)
-    return dist.FloatDistribution(domain.lower, domain.upper, log=domain.log)
-
-
-def _suggest(trial: Any, name: str, dist: Any) -> Any:
-    if hasattr(dist, "choices"):
-        return trial.suggest_categorical(name, dist.choices)
-    if isinstance(dist.low, int):
-        return trial.suggest_int(name, dist.low, dist.high, log=dist.log)
-    return trial.suggest_float(name, dist.low, dist.high, log=dist.log)
-
-
-def _value(domain: Domain, internal: Any) -> Any:
-    """The domain's value for an Optuna parameter (index, multiple of q, or float)."""
-    if isinstance(domain, Categorical):
-        return domain.categories[int(internal)]
-    if isinstance(domain, Integer):
-        return int(internal) * domain.q
-    assert isinstance(domain, Float)
-    if domain.q is not None:
-        return _float_times(int(internal), domain.q)
-    return min(max(float(internal), domain.lower), domain.upper)
-
-
-def _internal(domain: Domain, dist: Any, value: Any) -> Any:
-    """The Optuna parameter for a value of a numeric domain (see `_value`); None when
-    the value is not a number inside the distribution."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    assert isinstance(domain, (Float, Integer))
-    internal: int | float = float(value) if domain.q is None else round(value / domain.q)
-    return internal if dist.low <= internal <= dist.high else None
+        raise grid_refused("BayesOptSearch", format_path(path))
+    for key, value in children(node):
+        _translate(value, (*path, key), (*name, key), dists, paths)
 
 
 def _bounds_to_domains(space: Any) -> Any:
@@ -510,14 +416,3 @@ def _key(params: dict[str, Any]) -> str:
     """A suggestion's identity for `skip_duplicate` and `patience` (floats to 6 digits)."""
     rounded = {k: float(f"{v:.6g}") if isinstance(v, float) else v for k, v in params.items()}
     return json.dumps(rounded, sort_keys=True)
-
-
-@contextmanager
-def _quiet(optuna: Any) -> Iterator[None]:
-    """Optuna's INFO lines ("A new study created...") are noise here."""
-    before = optuna.logging.get_verbosity()
-    optuna.logging.set_verbosity(max(before, optuna.logging.WARNING))
-    try:
-        yield
-    finally:
-        optuna.logging.set_verbosity(before)

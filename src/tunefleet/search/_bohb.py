@@ -17,7 +17,6 @@ studies and suggests the same configs.
 
 from __future__ import annotations
 
-import contextvars
 import functools
 import logging
 import math
@@ -28,17 +27,28 @@ from typing import Any
 
 from tunefleet._metrics import MetricSpec, ModeSpec, metric_value
 from tunefleet.search._base import Searcher
-from tunefleet.search._basic_variant import _merge_point
-from tunefleet.search._qmc import check_points, effective_space, parameters
+from tunefleet.search._shared import (
+    category_index,
+    check_points,
+    check_state_version,
+    effective_space,
+    import_optional,
+    index_distribution,
+    index_value,
+    number_index,
+    parameters,
+    point_spaces,
+    quiet_optuna,
+    require_metric,
+    suggest_index,
+)
 from tunefleet.space import (
     Categorical,
     Domain,
     Float,
     Function,
     Integer,
-    _float_times,
     resolve,
-    validate_space,
 )
 
 logger = logging.getLogger(__name__)
@@ -52,17 +62,6 @@ _DEFAULTS: dict[str, Any] = {
     "bandwidth_factor": 3,
     "min_bandwidth": 1e-3,
 }
-_quiet = contextvars.ContextVar("_quiet", default=False)
-
-
-class _QuietStudies(logging.Filter):
-    """Drops Optuna's "A new study created in memory" line for the studies made here."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not _quiet.get()
-
-
-_FILTER = _QuietStudies()
 
 
 class TuneBOHB(Searcher):
@@ -102,10 +101,7 @@ class TuneBOHB(Searcher):
         seed: int | None = None,
         max_concurrent: int = 0,
     ) -> None:
-        try:
-            import optuna
-        except ImportError as exc:
-            raise ImportError("TuneBOHB needs Optuna: pip install 'tunefleet[optuna]'") from exc
+        optuna = import_optional("optuna", owner="TuneBOHB", extra="optuna", needs="Optuna")
         super().__init__(metric=metric, mode=mode)
         self._optuna = optuna
         self.bohb_config = _check_config(bohb_config)
@@ -128,18 +124,13 @@ class TuneBOHB(Searcher):
         self._count = 0  # suggestions made: each has its own generator
         self._points_done = 0
         self._warned_budget = False
-        logging.getLogger("optuna.storages._in_memory").addFilter(_FILTER)
 
     def set_search_properties(
         self, metric: MetricSpec, mode: ModeSpec, config: dict[str, Any], **spec: Any
     ) -> bool:
         """Receive the metric, mode and search space; refuse what TPE cannot model."""
         super().set_search_properties(metric, mode, config, **spec)
-        if self.metric is None or self.mode is None:
-            raise ValueError(
-                f"TuneBOHB needs a metric and a mode (metric={self.metric!r}, "
-                f"mode={self.mode!r}): give them to TuneBOHB or to TuneConfig"
-            )
+        require_metric("TuneBOHB", self.metric, self.mode)
         if spec.get("constraints"):
             logger.warning(
                 "TuneBOHB does not model constraints: it suggests configs as if %s "
@@ -151,11 +142,7 @@ class TuneBOHB(Searcher):
         self._space = space
         given = self.bohb_config["min_points_in_model"]
         self._min_points = len(self._params) + 1 if given is None else given
-        self._point_spaces = []
-        for i, point in enumerate(self._points):
-            merged = _merge_point(space, point, f"points_to_evaluate[{i}]")
-            validate_space(merged, root=f"param_space updated by points_to_evaluate[{i}]")
-            self._point_spaces.append(merged)
+        self._point_spaces = point_spaces(space, self._points)
         return True
 
     # -- suggestions ----------------------------------------------------------------------
@@ -212,8 +199,8 @@ class TuneBOHB(Searcher):
         params: dict[str, Any] = {}
 
         def choose(name: str, domain: Domain) -> Any:
-            params[name] = self._params[name].suggest(trial, name)
-            return self._params[name].to_value(params[name])
+            params[name] = suggest_index(trial, name, self._params[name].dist)
+            return index_value(domain, params[name])
 
         return resolve(self._space, random.Random(seed), chooser=choose), params
 
@@ -221,11 +208,11 @@ class TuneBOHB(Searcher):
         """A fresh study holding the observations at `budget`."""
         optuna = self._optuna
         cfg = self.bohb_config
-        with warnings.catch_warnings():
+        with quiet_optuna(), warnings.catch_warnings():
             # `gamma` (and `warn_independent_sampling`) are deprecated since Optuna 4.9 and
-            # `group` is experimental: BOHB's good-set size and conditional spaces need them
+            # `group` is experimental (quiet_optuna): BOHB's good-set size and conditional
+            # spaces need them
             warnings.simplefilter("ignore", FutureWarning)
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             sampler = optuna.samplers.TPESampler(
                 seed=seed,
                 multivariate=True,
@@ -236,11 +223,7 @@ class TuneBOHB(Searcher):
                 n_ei_candidates=cfg["num_samples"],
                 gamma=functools.partial(_n_good, self._min_points, cfg["top_n_percent"]),
             )
-        token = _quiet.set(True)
-        try:
             study = optuna.create_study(sampler=sampler, direction="minimize")
-        finally:
-            _quiet.reset(token)
         for record in self._trials.values():
             loss = record["obs"].get(budget)
             if loss is None:
@@ -346,11 +329,7 @@ class TuneBOHB(Searcher):
 
     def set_state(self, state: dict[str, Any]) -> None:
         """Restore what `get_state` returned: the next suggestions are the same."""
-        if state.get("version") != _STATE_VERSION:
-            raise ValueError(
-                f"TuneBOHB state version {state.get('version')!r} is not supported "
-                f"(expected {_STATE_VERSION})"
-            )
+        check_state_version("TuneBOHB", state, _STATE_VERSION)
         self._seed = int(state["seed"])
         self._count = int(state["count"])
         self._points_done = int(state["points_done"])
@@ -411,16 +390,10 @@ def _is_number(value: Any) -> bool:
 
 
 class _Param:
-    """One parameter: its Optuna distribution and the value <-> Optuna value mapping.
-
-    A quantized float or an int is modelled as the index ``k`` of its multiple
-    ``k * q`` (an integer distribution, log-scaled if the domain is), so values come
-    back exact; a choice as the index of its category.
-    """
+    """One parameter: its Optuna distribution in index form (`index_distribution`), and
+    a value's parameter (for the points of `points_to_evaluate`)."""
 
     def __init__(self, domain: Domain, where: str) -> None:
-        from optuna import distributions as dist
-
         if not isinstance(domain, (Categorical, Float, Integer)):
             raise ValueError(
                 f"TuneBOHB: {where} is a {domain.name} (unbounded): TuneBOHB handles "
@@ -428,80 +401,18 @@ class _Param:
             )
         self.domain: Categorical | Float | Integer = domain
         self.where = where
-        self.dist: Any
-        if isinstance(domain, Categorical):
-            self.dist = dist.CategoricalDistribution(list(range(len(domain.categories))))
-        elif domain.q is None:
-            self.dist = dist.FloatDistribution(domain.lower, domain.upper, log=domain.log)
-        else:  # the index k of the multiple k * q
-            q = domain.q
-            low, high = round(domain.min_value / q), round(domain.max_value / q)
-            self.dist = dist.IntDistribution(low, high, log=domain.log)
-
-    def suggest(self, trial: Any, name: str) -> Any:
-        d = self.dist
-        if isinstance(self.domain, Categorical):
-            return trial.suggest_categorical(name, d.choices)
-        if isinstance(self.domain, Float) and self.domain.q is None:
-            return trial.suggest_float(name, d.low, d.high, log=d.log)
-        return trial.suggest_int(name, d.low, d.high, log=d.log)
-
-    def to_value(self, param: Any) -> Any:
-        domain = self.domain
-        if isinstance(domain, Categorical):
-            return domain.categories[int(param)]
-        if isinstance(domain, Integer):
-            return int(param) * domain.q
-        assert isinstance(domain, Float)
-        if domain.q is not None:
-            return _float_times(int(param), domain.q)
-        return min(max(float(param), domain.lower), domain.upper)
+        self.dist: Any = index_distribution(domain)
 
     def to_param(self, value: Any, where: str = "") -> Any:
         """The Optuna value of one of the domain's values (`where`: for the message)."""
         domain = self.domain
-        param: Any = None
         if isinstance(domain, Categorical):
-            param = _category_index(domain.categories, value)
-        elif isinstance(value, (int, float)) and not isinstance(value, bool):
-            if isinstance(domain, Float) and domain.q is None:
-                param = float(value)
-            elif domain.q:
-                param = round(value / domain.q)
-        d = self.dist
-        inside = param is not None and (isinstance(domain, Categorical) or d.low <= param <= d.high)
-        if not inside:
+            param = category_index(domain.categories, value)
+        else:
+            param = number_index(domain, self.dist, value)
+        if param is None:
             raise ValueError(
                 f"TuneBOHB: {where + ' sets ' if where else ''}{self.where}={value!r}, "
                 f"which {domain!r} cannot produce"
             )
         return param
-
-
-def _category_index(categories: list[Any], value: Any) -> int | None:
-    """The index of `value` among `categories`; a resolved sub-space matches its category."""
-    for i, category in enumerate(categories):
-        if category is value or (type(category) is type(value) and category == value):
-            return i
-    for i, category in enumerate(categories):
-        if _fits(category, value):
-            return i
-    return None
-
-
-def _fits(node: Any, value: Any) -> bool:
-    if isinstance(node, Domain):
-        return True
-    if isinstance(node, dict):
-        return (
-            isinstance(value, dict)
-            and node.keys() == value.keys()
-            and all(_fits(node[k], value[k]) for k in node)
-        )
-    if isinstance(node, (list, tuple)):
-        return (
-            isinstance(value, (list, tuple))
-            and len(node) == len(value)
-            and all(_fits(a, b) for a, b in zip(node, value, strict=True))
-        )
-    return bool(type(node) is type(value) and node == value)

@@ -26,8 +26,20 @@ from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
 
-from tunefleet._metrics import MetricSpec, ModeSpec, metric_value
+from tunefleet._metrics import MISSING, MetricSpec, ModeSpec, metric_value
 from tunefleet.search._base import Searcher
+from tunefleet.search._shared import (
+    check_points,
+    check_rewards,
+    check_state_version,
+    children,
+    claim_name,
+    grid_refused,
+    import_optional,
+    point_params,
+    require_metric,
+    split_space,
+)
 from tunefleet.space import (
     GRID_KEY,
     Categorical,
@@ -38,9 +50,7 @@ from tunefleet.space import (
     Normal,
     _Category,
     _float_times,
-    flatten,
     format_path,
-    has_domains,
     parameter_name,
     resolve,
     validate_space,
@@ -49,17 +59,6 @@ from tunefleet.space import (
 _STATE_VERSION = 1
 _TPE_TRIES, _RANDOM_TRIES = 10, 20  # draws to avoid a duplicate before accepting one
 _RUNNING, _DONE, _ERROR = 1, 2, 3  # hyperopt.base.JOB_STATE_*
-_MISSING = object()
-
-
-def _import_hyperopt() -> Any:
-    try:
-        import hyperopt
-    except ImportError as exc:
-        raise ImportError(
-            "HyperOptSearch needs the hyperopt package: pip install 'tunefleet[hyperopt]'"
-        ) from exc
-    return hyperopt
 
 
 class HyperOptSearch(Searcher):
@@ -100,24 +99,13 @@ class HyperOptSearch(Searcher):
         gamma: float = 0.25,
     ) -> None:
         super().__init__(metric=metric, mode=mode)
-        self._hp = _import_hyperopt()
+        self._hp = import_optional(
+            "hyperopt", owner="HyperOptSearch", extra="hyperopt", needs="the hyperopt package"
+        )
         if space is not None and not isinstance(space, dict):
             raise TypeError(f"space must be a dict, not {type(space).__name__}")
-        points = list(points_to_evaluate or [])
-        for i, point in enumerate(points):
-            if not isinstance(point, dict):
-                raise TypeError(f"points_to_evaluate[{i}]={point!r} must be a dict")
-        rewards = None if evaluated_rewards is None else list(evaluated_rewards)
-        if rewards is not None and len(rewards) != len(points):
-            raise ValueError(
-                f"evaluated_rewards has {len(rewards)} values for {len(points)} "
-                "points_to_evaluate: give one per point"
-            )
-        for i, reward in enumerate(rewards or []):
-            if isinstance(reward, bool) or not isinstance(reward, (int, float)):
-                raise TypeError(f"evaluated_rewards[{i}]={reward!r} must be a number")
-            if not math.isfinite(reward):
-                raise ValueError(f"evaluated_rewards[{i}]={reward!r} must be finite")
+        points = check_points("HyperOptSearch", points_to_evaluate)
+        rewards = check_rewards("HyperOptSearch", evaluated_rewards, len(points))
         if isinstance(n_initial_points, bool) or not isinstance(n_initial_points, int):
             raise TypeError(f"n_initial_points={n_initial_points!r} must be an int")
         if n_initial_points < 0:
@@ -155,22 +143,9 @@ class HyperOptSearch(Searcher):
         """Take the metric, mode and search space (or check `param_space` holds only
         constants when the searcher was given its own `space`)."""
         super().set_search_properties(metric, mode, config, **spec)
-        if self.metric is None or self.mode is None:
-            raise ValueError(
-                "HyperOptSearch needs a metric and a mode: pass them to HyperOptSearch or "
-                "to TuneConfig"
-            )
+        require_metric("HyperOptSearch", self.metric, self.mode)
         self._constraints = list(spec.get("constraints") or [])
-        if not isinstance(config, dict):
-            raise TypeError(f"param_space must be a dict, not {type(config).__name__}")
-        space = config
-        if self._own_space is not None:
-            if has_domains(config):
-                raise ValueError(
-                    "HyperOptSearch was given its own space= and param_space has search "
-                    "domains too: give the search space in one place"
-                )
-            space, self._constants = self._own_space, config
+        space, self._constants = split_space("HyperOptSearch", self._own_space, config)
         if _is_native(space, self._hp.pyll.Apply):
             self._space, expr = None, space
         else:
@@ -255,11 +230,7 @@ class HyperOptSearch(Searcher):
     def set_state(self, state: dict[str, Any]) -> None:
         """Rebuild `Trials` from the observations; the next suggestions are the ones
         the saved searcher would have made."""
-        if state.get("version") != _STATE_VERSION:
-            raise ValueError(
-                f"HyperOptSearch state version {state.get('version')!r} is not supported "
-                f"(expected {_STATE_VERSION})"
-            )
+        check_state_version("HyperOptSearch", state, _STATE_VERSION)
         if self._trials is None:
             raise RuntimeError("set_search_properties() must be called before set_state()")
         self._seed, self._calls = int(state["seed"]), int(state["calls"])
@@ -348,28 +319,16 @@ class HyperOptSearch(Searcher):
                 label: [self._native_value(label, point, where)] if label in point else []
                 for label in labels
             }
-        vals: dict[str, list[Any]] = {label: [] for label in labels}
         rng = random.Random(f"{self._seed}:{where}")  # for values the point leaves out
 
-        def chooser(name: str, domain: Domain) -> Any:
-            given = _lookup(point, self._paths[name])
-            at = f"{where}: {format_path(self._paths[name])}"
-            if isinstance(domain, Categorical):
-                index = _category_index(domain, given, rng, at)
-                vals[name] = [index]
-                return domain.categories[index]
-            value = domain.sample(rng) if given is _MISSING else given
+        def encode(name: str, domain: Domain, value: Any) -> tuple[float, Any] | None:
             number = isinstance(value, (int, float)) and not isinstance(value, bool)
             if not number or _exact(domain, float(value)) != value:
-                raise ValueError(f"{at}={value!r} is not a value {domain!r} can take")
-            vals[name] = [float(value)]
-            return _exact(domain, float(value))
+                return None
+            return float(value), _exact(domain, float(value))
 
-        config = resolve(self._space, rng, chooser=chooser)
-        unknown = sorted(set(flatten(point)) - set(flatten(config)))
-        if unknown:
-            raise ValueError(f"{where} sets {unknown}, which are not keys of the search space")
-        return vals
+        params = point_params(self._space, point, self._paths, rng, where, encode)
+        return {label: [params[label]] if label in params else [] for label in labels}
 
     def _check_native_point(self, vals: dict[str, list[Any]], point: Any, where: str) -> None:
         try:
@@ -386,7 +345,7 @@ class HyperOptSearch(Searcher):
         for apply in self._hp.pyll.dfs(self._domain.expr):
             chosen = apply.pos_args[0] if apply.name == "switch" else None
             if chosen is not None and chosen.arg["label"].obj == label:
-                options = [getattr(o, "obj", _MISSING) for o in apply.pos_args[1:]]
+                options = [getattr(o, "obj", MISSING) for o in apply.pos_args[1:]]
                 if value in options:
                     return options.index(value)
                 raise ValueError(f"{where}[{label!r}]={value!r} is not one of {options!r}")
@@ -414,12 +373,8 @@ def _translate(
         return {}  # computed from the config by resolve
     if isinstance(node, Domain):
         label = parameter_name(name)
-        if label in params:
-            raise ValueError(
-                f"HyperOptSearch: {format_path(path)} and {format_path(paths[label])} "
-                f"have the same parameter name {label!r}; rename one of the keys"
-            )
-        params[label], paths[label] = node, path
+        claim_name("HyperOptSearch", label, path, paths)
+        params[label] = node
         if isinstance(node, Categorical):
             options = [
                 _translate(hp, c, path, (*name, _Category(i)), params, paths)
@@ -428,17 +383,9 @@ def _translate(
             return {label: hp.choice(label, options)}
         return {label: _expression(hp, label, node)}
     if isinstance(node, dict) and GRID_KEY in node:
-        raise ValueError(
-            f"HyperOptSearch: {format_path(path)} is a grid_search, which a model-based "
-            "searcher cannot follow; use tune.choice([...]) instead"
-        )
-    items: Any = ()
-    if isinstance(node, dict):
-        items = node.items()
-    elif isinstance(node, (list, tuple)):
-        items = enumerate(node)
+        raise grid_refused("HyperOptSearch", format_path(path))
     found: dict[str, Any] = {}
-    for key, value in items:
+    for key, value in children(node):
         found.update(_translate(hp, value, (*path, key), (*name, key), params, paths))
     return found
 
@@ -492,11 +439,8 @@ def _is_native(space: Any, apply: type) -> bool:
             found.append(True)
         elif isinstance(node, Domain) or (isinstance(node, dict) and GRID_KEY in node):
             found.append(False)
-        elif isinstance(node, dict):
-            for value in node.values():
-                walk(value)
-        elif isinstance(node, (list, tuple)):
-            for value in node:
+        else:
+            for _, value in children(node):
                 walk(value)
 
     walk(space)
@@ -506,43 +450,6 @@ def _is_native(space: Any, apply: type) -> bool:
             "domains; write it with one or the other"
         )
     return any(found)
-
-
-def _lookup(point: Any, path: tuple[Any, ...]) -> Any:
-    """The point's value at `path`, from nested dicts or a flat "a/b" key."""
-    node = point
-    for i, key in enumerate(path):
-        flat = "/".join(str(k) for k in path[i:])
-        if isinstance(node, dict) and key in node:
-            node = node[key]
-        elif isinstance(node, dict) and flat in node:
-            return node[flat]
-        elif isinstance(node, (list, tuple)) and isinstance(key, int) and key < len(node):
-            node = node[key]
-        else:
-            return _MISSING
-    return node
-
-
-def _category_index(domain: Categorical, given: Any, rng: random.Random, where: str) -> int:
-    """The category a point's value belongs to (a random one when the point has none)."""
-    if given is _MISSING:
-        return rng.randrange(len(domain.categories))
-    for i, category in enumerate(domain.categories):
-        if _fits(category, given):
-            return i
-    raise ValueError(f"{where}={given!r} is not one of {domain.categories!r}")
-
-
-def _fits(category: Any, value: Any) -> bool:
-    """Whether `value` could come from `category` (a constant or a sub-space)."""
-    if isinstance(category, Domain):
-        return True
-    if isinstance(category, dict) and isinstance(value, dict):
-        return set(value) <= set(category) and all(_fits(category[k], value[k]) for k in value)
-    if isinstance(category, (list, tuple)) and isinstance(value, (list, tuple)):
-        return len(category) == len(value) and all(map(_fits, category, value))
-    return category is value or (type(category) is type(value) and category == value)
 
 
 def _plain(value: Any) -> Any:

@@ -6,6 +6,7 @@ from typing import Any
 
 from tunefleet._metrics import MetricSpec, ModeSpec
 from tunefleet.search._base import Searcher
+from tunefleet.search._shared import check_state_version
 
 _STATE_VERSION = 1
 
@@ -106,11 +107,7 @@ class ConcurrencyLimiter(Searcher):
 
     def set_state(self, state: dict[str, Any]) -> None:
         """Restore what `get_state` returned (the wrapped searcher's state included)."""
-        if state.get("version") != _STATE_VERSION:
-            raise ValueError(
-                f"ConcurrencyLimiter state version {state.get('version')!r} is not "
-                f"supported (expected {_STATE_VERSION})"
-            )
+        check_state_version("ConcurrencyLimiter", state, _STATE_VERSION)
         self._live = [str(t) for t in state["live"]]
         self._ended = {str(tid): (res, bool(err)) for tid, res, err in state["ended"]}
         self.searcher.set_state(state["searcher"])

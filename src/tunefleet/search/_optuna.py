@@ -17,19 +17,29 @@ optimizer as a pickle in trial attributes: the state holds it as plain arrays in
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import math
 import numbers
 import random
-import warnings
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from tunefleet._metrics import MISSING, MetricSpec, ModeSpec, lookup, metric_value, objectives
 from tunefleet.search._base import Searcher
 from tunefleet.search._optuna_state import trial_from_data, trial_to_data
+from tunefleet.search._shared import (
+    check_points,
+    check_rewards,
+    check_state_version,
+    children,
+    fits,
+    grid_refused,
+    import_optional,
+    quiet_optuna,
+    require_metric,
+    same,
+)
 from tunefleet.space import (
     Categorical,
     Domain,
@@ -101,10 +111,7 @@ class OptunaSearch(Searcher):
         seed: int | None = None,
         evaluated_rewards: list[Any] | None = None,
     ) -> None:
-        try:
-            import optuna
-        except ImportError as exc:
-            raise ImportError("OptunaSearch needs Optuna: pip install 'tunefleet[optuna]'") from exc
+        optuna = import_optional("optuna", owner="OptunaSearch", extra="optuna", needs="Optuna")
         super().__init__()
         if isinstance(sampler, str):
             if sampler not in SAMPLERS:
@@ -122,20 +129,14 @@ class OptunaSearch(Searcher):
                 )
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise TypeError(f"OptunaSearch seed={seed!r} must be an int")
-        points = list(points_to_evaluate or [])
-        for i, point in enumerate(points):
-            if not isinstance(point, dict):
-                raise TypeError(f"OptunaSearch points_to_evaluate[{i}]={point!r} must be a dict")
-        if evaluated_rewards is not None and len(evaluated_rewards) != len(points):
-            raise ValueError(
-                f"OptunaSearch: evaluated_rewards has {len(evaluated_rewards)} values for "
-                f"{len(points)} points_to_evaluate; give one per point"
-            )
+        points = check_points("OptunaSearch", points_to_evaluate)
+        # a value or a list of them (several objectives) per point: checked when added
+        rewards = check_rewards("OptunaSearch", evaluated_rewards, len(points), numbers=False)
         if space is not None and not callable(space) and not isinstance(space, Mapping):
             raise TypeError(f"OptunaSearch space={space!r} must be a dict, a function or None")
         self._space_arg, self._metric_arg, self._mode_arg = space, metric, mode
-        self._points, self._rewards = points, evaluated_rewards
-        self._sampler_arg = sampler
+        self._points, self._rewards = points, rewards
+        self._sampler_arg: BaseSampler | str | None = sampler
         self._seed = seed if seed is not None else random.SystemRandom().getrandbits(31)
         self._asks = 0
         self._objectives: list[tuple[str, str]] = []
@@ -211,7 +212,7 @@ class OptunaSearch(Searcher):
         import optuna
 
         storage = optuna.storages.InMemoryStorage()
-        with _quiet():
+        with quiet_optuna():
             study = optuna.create_study(
                 storage=storage,
                 study_name="tunefleet",
@@ -274,7 +275,7 @@ class OptunaSearch(Searcher):
                 self.add_evaluated_point(point, self._rewards[i], where=where)
             else:
                 params = self._point_params(point, where, complete=False)[0]
-                with _quiet():
+                with quiet_optuna():
                     study.enqueue_trial(params)
 
     def add_evaluated_point(
@@ -311,7 +312,7 @@ class OptunaSearch(Searcher):
             user_attrs={_CONSTRAINTS_ATTR: feasible} if feasible else None,
         )
         study = self._require_study()
-        with _quiet():
+        with quiet_optuna():
             study.add_trial(trial)
             if not error:
                 study.tell(study.get_trials(deepcopy=False)[-1].number, [float(v) for v in values])
@@ -390,7 +391,7 @@ class OptunaSearch(Searcher):
         import optuna
 
         study = self._require_study()
-        with _quiet():
+        with quiet_optuna():
             study.sampler = self._sampler()
             trial = study.ask(self._fixed)
             self._asks += 1
@@ -428,7 +429,7 @@ class OptunaSearch(Searcher):
             return
         values = None if error or result is None else self._values(result)
         feasibility = None if values is None else self._constraint_values(result or {})
-        with _quiet():
+        with quiet_optuna():
             if values is None or feasibility is None:
                 self._study.tell(number, state=optuna.trial.TrialState.FAIL)
                 return
@@ -488,11 +489,7 @@ class OptunaSearch(Searcher):
 
     def set_state(self, state: dict[str, Any]) -> None:
         """Rebuild the study from `state` (after `set_search_properties`)."""
-        if state.get("version") != _STATE_VERSION:
-            raise ValueError(
-                f"OptunaSearch state version {state.get('version')!r} is not supported "
-                f"(expected {_STATE_VERSION})"
-            )
+        check_state_version("OptunaSearch", state, _STATE_VERSION)
         self._require_study()
         if state["directions"] != self._directions():
             raise ValueError(
@@ -509,7 +506,7 @@ class OptunaSearch(Searcher):
         texts = [json.dumps(d) for d in state["distributions"]]
         table = [json_to_distribution(text) for text in texts]
         self._table = {distribution_to_json(d): i for i, d in enumerate(table)}
-        with _quiet():
+        with quiet_optuna():
             for data in state["trials"]:  # in order: the same trial numbers and ids
                 study.add_trial(trial_from_data(data, table))
         self._live = {str(k): int(v) for k, v in state["live"].items()}
@@ -519,11 +516,8 @@ class OptunaSearch(Searcher):
 
 
 def _objectives(metric: MetricSpec, mode: ModeSpec) -> list[tuple[str, str]]:
-    if metric is None or mode is None:
-        raise ValueError(
-            f"OptunaSearch needs a metric and a mode (got metric={metric!r}, mode={mode!r}): "
-            "pass OptunaSearch(metric=..., mode=...) or TuneConfig(metric=..., mode=...)"
-        )
+    require_metric("OptunaSearch", metric, mode)
+    assert metric is not None and mode is not None
     if isinstance(metric, list) and isinstance(mode, list) and len(mode) != len(metric):
         raise ValueError(f"OptunaSearch: metric={metric!r} and mode={mode!r} differ in length")
     if isinstance(mode, list) and not isinstance(metric, list):
@@ -538,10 +532,7 @@ def _checked_space(space: dict[str, Any]) -> dict[str, Any]:
     validate_space(space)
     axes = grid_axes(space)
     if axes:
-        raise ValueError(
-            f"OptunaSearch: {format_path(axes[0][0])} is a grid_search, which a model-based "
-            "searcher cannot take: use tune.choice([...]), or BasicVariantGenerator for a grid"
-        )
+        raise grid_refused("OptunaSearch", format_path(axes[0][0]))
     for path, domain in _walk(space, ()):
         if not isinstance(domain, (Float, Integer, Categorical, Function)):
             raise ValueError(
@@ -558,12 +549,9 @@ def _walk(node: Any, path: _Key) -> Iterator[tuple[_Key, Domain]]:
         if isinstance(node, Categorical):
             for i, category in enumerate(node.categories):
                 yield from _walk(category, (*path, _Category(i)))
-    elif isinstance(node, dict):
-        for key, value in node.items():
+    else:
+        for key, value in children(node):
             yield from _walk(value, (*path, key))
-    elif isinstance(node, (list, tuple)):
-        for i, value in enumerate(node):
-            yield from _walk(value, (*path, i))
 
 
 def _is_conditional(space: dict[str, Any] | None) -> bool:
@@ -592,25 +580,20 @@ def _by_value(domain: Categorical) -> bool:
     return len(set(cats)) == len(cats)  # no duplicates, nor 0.0 beside -0.0
 
 
-def _same(a: Any, b: Any) -> bool:
-    return a is b or (type(a) is type(b) and bool(a == b))
-
-
 def _category_of(domain: Categorical, value: Any) -> int | None:
-    """The index of `value` among the categories; a dict may name one sub-space."""
+    """The index of `value` among the categories; a dict may name one sub-space by
+    some of its values (None when it fits several: the choice is left open)."""
     for i, category in enumerate(domain.categories):
-        if _same(category, value):
+        if same(category, value):
             return i
     if not isinstance(value, dict):
         return None
-    fits = [
+    found = [
         i
         for i, c in enumerate(domain.categories)
-        if isinstance(c, dict)
-        and set(value) <= set(c)
-        and all(isinstance(c[k], (Domain, dict)) or _same(c[k], value[k]) for k in value)
+        if isinstance(c, dict) and fits(c, value, partial=True)
     ]
-    return fits[0] if len(fits) == 1 else None
+    return found[0] if len(found) == 1 else None
 
 
 def _distribution(domain: Domain) -> BaseDistribution:
@@ -639,7 +622,7 @@ def _suggest(trial: Trial, name: str, domain: Domain) -> Any:
         assert isinstance(domain, Categorical)
         picked = trial.suggest_categorical(name, dist.choices)
         if _by_value(domain):
-            return next(c for c in domain.categories if _same(c, picked))
+            return next(c for c in domain.categories if same(c, picked))
         return domain.categories[int(picked)]  # type: ignore[arg-type]
     if isinstance(dist, FloatDistribution):
         value: float = trial.suggest_float(name, dist.low, dist.high, log=dist.log, step=dist.step)
@@ -699,23 +682,3 @@ def _merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
         both = isinstance(inner, dict) and isinstance(value, dict)
         merged[key] = _merge(inner, value) if both else value  # type: ignore[arg-type]
     return merged
-
-
-# ---------------------------------------------------------------- quiet Optuna
-
-
-@contextlib.contextmanager
-def _quiet() -> Iterator[None]:
-    """Optuna at WARNING (no line per trial), without its experimental/deprecation notes."""
-    import optuna
-
-    level = optuna.logging.get_verbosity()
-    optuna.logging.set_verbosity(max(level, optuna.logging.WARNING))
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            # Optuna 5 deprecates constraints_func, which Optuna 4 needs
-            warnings.filterwarnings("ignore", ".*constraints_func", FutureWarning)
-            yield
-    finally:
-        optuna.logging.set_verbosity(level)

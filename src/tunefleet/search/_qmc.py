@@ -19,17 +19,15 @@ from typing import Any
 
 from tunefleet._metrics import MetricSpec, ModeSpec
 from tunefleet.search._base import Searcher
-from tunefleet.search._basic_variant import _merge_point
-from tunefleet.space import (
-    GRID_KEY,
-    Categorical,
-    Domain,
-    Function,
-    SearchSpaceError,
-    has_domains,
-    resolve,
-    validate_space,
+from tunefleet.search._shared import (
+    check_points,
+    check_state_version,
+    effective_space,
+    import_optional,
+    parameters,
+    point_spaces,
 )
+from tunefleet.space import Domain, resolve
 
 _STATE_VERSION = 1
 _TYPES = ("sobol", "halton")
@@ -75,16 +73,13 @@ class QMCSearch(Searcher):
         seed: int | None = None,
         points_to_evaluate: list[dict[str, Any]] | None = None,
     ) -> None:
-        try:
-            from scipy.stats import qmc
-        except ImportError as exc:
-            raise ImportError("QMCSearch needs SciPy: pip install 'tunefleet[qmc]'") from exc
+        stats = import_optional("scipy.stats", owner="QMCSearch", extra="qmc", needs="SciPy")
         super().__init__(metric=metric, mode=mode)
         if qmc_type not in _TYPES:
             raise ValueError(f"QMCSearch: qmc_type={qmc_type!r} must be one of {_TYPES}")
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
             raise ValueError(f"QMCSearch: seed={seed!r} must be an int >= 0 or None")
-        self._qmc = qmc
+        self._qmc = stats.qmc
         self.qmc_type = qmc_type
         self.scramble = bool(scramble)
         self._seed = random.Random().getrandbits(63) if seed is None else seed
@@ -107,11 +102,7 @@ class QMCSearch(Searcher):
         names = parameters("QMCSearch", space)
         self._space = space
         self._dims = {name: i for i, (name, _, _) in enumerate(names)}
-        self._point_spaces = []
-        for i, point in enumerate(self._points):
-            merged = _merge_point(space, point, f"points_to_evaluate[{i}]")
-            validate_space(merged, root=f"param_space updated by points_to_evaluate[{i}]")
-            self._point_spaces.append(merged)
+        self._point_spaces = point_spaces(space, self._points)
         self._engine = None
         return True
 
@@ -159,11 +150,7 @@ class QMCSearch(Searcher):
 
     def set_state(self, state: dict[str, Any]) -> None:
         """Continue the sequence where the searcher that gave `state` stopped."""
-        if state.get("version") != _STATE_VERSION:
-            raise ValueError(
-                f"QMCSearch state version {state.get('version')!r} is not supported "
-                f"(expected {_STATE_VERSION})"
-            )
+        check_state_version("QMCSearch", state, _STATE_VERSION)
         self._seed = int(state["seed"])
         self._drawn = int(state["drawn"])
         self._points_done = int(state["points_done"])
@@ -205,72 +192,3 @@ class _UnitDraw(random.Random):
     def normalvariate(self, mu: float = 0.0, sigma: float = 1.0) -> float:
         u = min(max(self._take(), 2.0**-53), 1.0 - 2.0**-53)  # inv_cdf(0) is -inf
         return mu + sigma * _NORMAL.inv_cdf(u)
-
-
-# ---------------------------------------------------------------- shared with TuneBOHB
-
-
-def check_points(owner: str, points: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
-    """`points_to_evaluate` checked: a list of dicts (copied)."""
-    points = [] if points is None else points
-    if not isinstance(points, (list, tuple)):
-        raise TypeError(
-            f"{owner}: points_to_evaluate must be a list of dicts, not {type(points).__name__}"
-        )
-    for i, point in enumerate(points):
-        if not isinstance(point, dict):
-            raise TypeError(f"{owner}: points_to_evaluate[{i}]={point!r} must be a dict")
-    return [dict(p) for p in points]
-
-
-def effective_space(
-    owner: str, own: dict[str, Any] | None, config: dict[str, Any]
-) -> dict[str, Any]:
-    """The searcher's own `space` (with the constants of `config`), else `config`."""
-    if not isinstance(config, dict):
-        raise TypeError(f"param_space must be a dict, not {type(config).__name__}")
-    if own is None:
-        validate_space(config)
-        return config
-    if has_domains(config):
-        raise ValueError(
-            f"{owner} was given its own space= and param_space has search domains too: "
-            "give the search space once (usually as the Tuner's param_space)"
-        )
-    space = {**config, **own}
-    validate_space(space, root=f"{owner}(space=...)")
-    return space
-
-
-def parameters(owner: str, space: dict[str, Any]) -> list[tuple[str, Domain, str]]:
-    """Every domain of `space`: the name `resolve` gives it when choosing, the domain,
-    and its key path for messages, in order.
-
-    Inside a choice, each category's domains are listed (under ``name/[i]/...``), so
-    every branch of a conditional space has its own parameters. sample_from values
-    are left to `resolve`; a grid_search is refused (it is not sampled).
-    """
-    found: list[tuple[str, Domain, str]] = []
-
-    def walk(node: Any, name: tuple[str, ...], where: str) -> None:
-        if isinstance(node, Function):
-            return
-        if isinstance(node, Domain):
-            found.append(("/".join(name), node, where))
-            if isinstance(node, Categorical):
-                for i, category in enumerate(node.categories):
-                    walk(category, (*name, f"[{i}]"), f"{where}.categories[{i}]")
-        elif isinstance(node, dict) and GRID_KEY in node:
-            raise SearchSpaceError(
-                f"{owner}: {where} is a grid_search, which {owner} cannot sample; use "
-                "tune.choice([...]) instead (or BasicVariantGenerator for grids)"
-            )
-        elif isinstance(node, dict):
-            for key, value in node.items():
-                walk(value, (*name, str(key)), f"{where}[{key!r}]")
-        elif isinstance(node, (list, tuple)):
-            for i, value in enumerate(node):
-                walk(value, (*name, str(i)), f"{where}[{i}]")
-
-    walk(space, (), "param_space")
-    return found

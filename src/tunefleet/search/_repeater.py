@@ -9,6 +9,7 @@ from typing import Any, Final
 
 from tunefleet._metrics import MetricSpec, ModeSpec, metric_value, objectives
 from tunefleet.search._base import Searcher
+from tunefleet.search._shared import check_state_version
 
 logger = logging.getLogger(__name__)
 
@@ -156,11 +157,7 @@ class Repeater(Searcher):
 
     def set_state(self, state: dict[str, Any]) -> None:
         """Restore what `get_state` returned (the wrapped searcher's state included)."""
-        if state.get("version") != _STATE_VERSION:
-            raise ValueError(
-                f"Repeater state version {state.get('version')!r} is not supported "
-                f"(expected {_STATE_VERSION})"
-            )
+        check_state_version("Repeater", state, _STATE_VERSION)
         self._groups, self._group_of = {}, {}
         for group in state["groups"]:
             trials = {str(tid): outcome for tid, outcome in group["trials"]}
