@@ -90,7 +90,38 @@ LEARNING_CURVES = Problem(
 )
 
 
-# --- (2, 3) multi-fidelity Branin -----------------------------------------------------
+# --- (2) learning curves without fast bad starters ------------------------------------
+
+_BEST_LOG_LR = -2.5  # the lr with the lowest final loss in `_curve`
+
+
+def _curve_mild(config: Config, budget: int) -> float:
+    # `_curve` with one change: a learning rate above the best final one (10^-2.5) is
+    # no faster than it (in real training, raising lr past its best value makes it
+    # unstable rather than faster), so the fast starters are not the bad configs by
+    # construction. Small learning rates and dropout are still late bloomers.
+    u = math.log10(config["lr"])
+    width, dropout = config["width"], config["dropout"]
+    final = 0.05 + 0.12 * (u + 2.5) ** 2 + 0.25 / width + 0.8 * (dropout - 0.2) ** 2
+    tau = 10.0 * 10.0 ** (-(min(u, _BEST_LOG_LR) + 4.0) / 2.0) * (1.0 + 2.0 * dropout)
+    return final + (2.3 - final) * math.exp(-budget / tau)
+
+
+LEARNING_CURVES_MILD = Problem(
+    name="learning-curves-mild",
+    description=(
+        "learning-curves, but no lr learns faster than the best one (10^-2.5): "
+        "curves cross (small lr, dropout) without fast starters ending worst"
+    ),
+    true_loss=_curve_mild,
+    cost=_curve_cost,
+    param_space=LEARNING_CURVES.param_space,
+    sample=_curve_sample,
+    noise=0.01,
+)
+
+
+# --- (3, 4) multi-fidelity Branin -----------------------------------------------------
 
 BRANIN_MIN = 0.397887
 
@@ -157,4 +188,6 @@ BRANIN_BAD = Problem(
     noise=0.1,
 )
 
-PROBLEMS: dict[str, Problem] = {p.name: p for p in (LEARNING_CURVES, BRANIN_GOOD, BRANIN_BAD)}
+PROBLEMS: dict[str, Problem] = {
+    p.name: p for p in (LEARNING_CURVES, LEARNING_CURVES_MILD, BRANIN_GOOD, BRANIN_BAD)
+}
