@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # The CPU build of PyTorch (a plain `torch` would pull gigabytes of CUDA).
 TORCH := torch==2.13.0
 
-.PHONY: demo test test-fast check bench bench-scale bench-peers clean
+.PHONY: demo test test-fast check bench bench-scale bench-efficiency bench-peers clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -42,6 +42,14 @@ bench: $(BENCH_STAMP)
 
 bench-scale: $(BENCH_STAMP)
 	$(BIN)/python benchmarks/scale.py
+
+# Search efficiency: simulated (~15 min), the PBT toy (~3 min), real problems and
+# peers (~25 min; the peers need `make bench-peers`).
+bench-efficiency: $(BENCH_STAMP)
+	$(BIN)/python benchmarks/scheduler_latency.py
+	$(BIN)/python benchmarks/search_efficiency.py --seeds 10 --plots benchmarks/plots
+	$(BIN)/python benchmarks/pbt_toy.py --seeds 10 --plot benchmarks/plots/pbt_schedule.png
+	$(BIN)/python benchmarks/real_efficiency.py
 
 bench-peers:
 	$(PY) -m venv .venv-peers
