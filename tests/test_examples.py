@@ -116,3 +116,19 @@ def test_overhead_benchmark_quick(tmp_path: Path) -> None:
     assert ours["overhead"]["first_trial_s"] is not None
     assert ours["throughput"]["throughput_reports_done"] == 20_000
     assert ours["throughput"]["throughput_results_per_s"] > 0
+
+
+def test_search_pareto_example(tmp_path: Path) -> None:
+    storage = tmp_path / "results"
+    proc = _run(
+        [str(EXAMPLES / "search_pareto.py"), "--storage-path", str(storage), "--num-samples", "10"],
+        tmp_path,
+        timeout=120,
+    )
+    front = [line for line in proc.stdout.splitlines() if line.startswith("  error ")]
+    assert front, proc.stdout
+    params = [int(line.split("params")[1].split()[0]) for line in front]
+    errors = [float(line.split()[1]) for line in front]
+    # a front: sorted by size, the error falls; every member is feasible
+    assert params == sorted(params) and errors == sorted(errors, reverse=True)
+    assert all(p <= 40_000 for p in params)
