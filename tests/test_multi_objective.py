@@ -116,3 +116,23 @@ def test_nan_in_any_objective_fails_the_trial(storage: str) -> None:
     errors = {r.config["x"]: r.error for r in grid}
     assert errors[1] is None and errors[3] is None
     assert errors[2] is not None and "metric 'latency' is nan" in str(errors[2])
+
+
+def test_the_summary_front_leaves_infeasible_trials_out() -> None:
+    import io
+
+    from tunefleet._progress import StatusReporter
+    from tunefleet.trial import Trial, TrialStatus
+
+    def trial(i: int, loss: float, latency: float, excess: float) -> Trial:
+        t = Trial(trial_id=f"t{i}", index=i, name=f"t{i}", config={}, resources={}, path="")
+        t.status = TrialStatus.TERMINATED
+        t.last_result = {"loss": loss, "latency": latency, "excess": excess}
+        return t
+
+    trials = [trial(0, 1.0, 1.0, 0.0), trial(1, 0.1, 0.1, 5.0), trial(2, 2.0, 0.5, -1.0)]
+    reporter = StatusReporter(
+        verbose=1, metric=["loss", "latency"], mode="min", constraints=["excess"], out=io.StringIO()
+    )
+    text = reporter.summary(trials, "/x", None)
+    assert "2 trials (last results)" in text and "t1:" not in text  # t1 dominates, infeasible

@@ -179,6 +179,7 @@ def _spec(
         trial_timeout_s=failures.trial_timeout_s,
         heartbeat_timeout_s=failures.heartbeat_timeout_s,
         nan_policy=failures.nan_policy,
+        constraints=list(tune_config.constraints or []),
         elapsed_before_s=resume.elapsed_s if resume else 0.0,
         restart_from_scratch=set(resume.from_scratch) if resume else set(),
         retry_base=dict(resume.retry_base) if resume else {},
@@ -202,7 +203,12 @@ def _drive(
     resume: ResumeState | None,
 ) -> str:
     ckpt = run_config.checkpoint_config
-    reporter = StatusReporter(verbose=run_config.verbose, metric=spec.metric, mode=spec.mode)
+    reporter = StatusReporter(
+        verbose=run_config.verbose,
+        metric=spec.metric,
+        mode=spec.mode,
+        constraints=spec.constraints,
+    )
     controller = Controller(
         spec=spec,
         backend=backend,

@@ -18,6 +18,7 @@ from typing import Any, TextIO
 from tunefleet._metrics import (
     MetricSpec,
     ModeSpec,
+    is_feasible,
     metric_value,
     objective_point,
     objectives,
@@ -60,11 +61,13 @@ class StatusReporter:
         verbose: int,
         metric: MetricSpec,
         mode: ModeSpec,
+        constraints: list[str] | None = None,
         out: TextIO | None = None,
     ):
         self.verbose = verbose
         # One objective: its best trial is shown. Several: the Pareto front at the end.
         self.objectives = objectives(metric, mode)
+        self.constraints = list(constraints or [])  # the front leaves infeasible trials out
         single = len(self.objectives) == 1 and isinstance(metric, str)
         self.metric: str | None = self.objectives[0][0] if single else None
         self.mode: str | None = self.objectives[0][1] if single else None
@@ -165,7 +168,10 @@ class StatusReporter:
         names = ", ".join(f"{m} ({d})" for m, d in self.objectives)
         scored: list[tuple[Trial, list[float]]] = []
         for trial in trials:
-            point = objective_point(trial.last_result or {}, self.objectives)
+            result = trial.last_result or {}
+            if self.constraints and not is_feasible(result, self.constraints):
+                continue
+            point = objective_point(result, self.objectives)
             if point is not None:
                 scored.append((trial, point))
         if not scored:

@@ -61,6 +61,7 @@ class ExperimentSpec:
     trial_timeout_s: float | None = None
     heartbeat_timeout_s: float | None = None
     nan_policy: str = "error"
+    constraints: list[str] = field(default_factory=list)  # reported names, feasible <= 0
     elapsed_before_s: float = 0.0  # run time of earlier drivers of this experiment (resume)
     restart_from_scratch: set[str] = field(default_factory=set)  # resume: ignore checkpoints
     retry_base: dict[str, int] = field(default_factory=dict)  # resume: attempts already used
