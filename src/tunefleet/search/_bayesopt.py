@@ -264,7 +264,7 @@ class BayesOptSearch(Searcher):
                 "value": t.value,
                 "constraints": getattr(t, "constraints", None) or None,
             }
-            for t in self._study.trials
+            for t in self._study.get_trials(deepcopy=False)  # no copy per save
         ]
         live = {trial_id: trial.number for trial_id, trial in self._live.items()}
         return {
