@@ -77,18 +77,28 @@ class DistributeResources:
     def __call__(
         self, cluster: Cluster, trial: Trial, result: dict[str, Any], scheduler: TrialScheduler
     ) -> dict[str, float] | None:
-        base = cluster.base_resources
         running = max(1, len(cluster.running))
+
+        def spare(name: str, base: float) -> float:  # an equal part of what is left
+            return (self._share(cluster, name) - base * running) / running
+
+        return self._grow(cluster, trial, spare)
+
+    def _grow(
+        self, cluster: Cluster, trial: Trial, spare: Callable[[str, float], float]
+    ) -> dict[str, float]:
+        """The trial's base request plus, per scaled resource, as many `increase_by`
+        steps as fit in ``spare(name, base amount)`` (at most `increase_by_times`)."""
         new = dict(trial.resources)
         for name in _SCALED:
-            step = self.increase_by.get(name, base.get(name, 0.0))
+            base = cluster.base_resources.get(name, 0.0)
+            step = self.increase_by.get(name, base)
             if step <= 0:
                 continue
-            spare = self._share(cluster, name) - base.get(name, 0.0) * running
-            steps = max(0, math.floor(spare / running / step + 1e-9))
+            steps = max(0, math.floor(spare(name, base) / step + 1e-9))
             if self.increase_by_times >= 0:
                 steps = min(steps, self.increase_by_times)
-            new[name] = base.get(name, 0.0) + steps * step
+            new[name] = base + steps * step
         return new
 
     def _share(self, cluster: Cluster, name: str) -> float:
@@ -134,22 +144,14 @@ class DistributeResourcesToTopJob(DistributeResources):
             return -math.inf if value is None else sign * value
 
         top = max(cluster.running.values(), key=score, default=trial)
-        base = cluster.base_resources
-        new = dict(trial.resources)
-        for name in _SCALED:
-            step = self.increase_by.get(name, base.get(name, 0.0))
-            if step <= 0:
-                continue
+        others = len(cluster.running) - 1
+
+        def spare(name: str, base: float) -> float:  # all that is left, to the top trial
             if top.trial_id != trial.trial_id:
-                new[name] = base.get(name, 0.0)
-                continue
-            others = base.get(name, 0.0) * (len(cluster.running) - 1)
-            spare = self._share(cluster, name) - others - base.get(name, 0.0)
-            steps = max(0, math.floor(spare / step + 1e-9))
-            if self.increase_by_times >= 0:
-                steps = min(steps, self.increase_by_times)
-            new[name] = base.get(name, 0.0) + steps * step
-        return new
+                return 0.0
+            return self._share(cluster, name) - base * others - base
+
+        return self._grow(cluster, trial, spare)
 
 
 class ResourceChangingScheduler(TrialScheduler):
