@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -129,6 +130,7 @@ def cpu_reporter(config: dict[str, Any]) -> None:
         with ckpt.as_directory() as d:
             start = int(Path(d, "i").read_text())
     for i in range(start, config["steps"]):
+        time.sleep(config["pause"])
         cpus = tune.get_context().get_trial_resources()["cpu"]
         with tempfile.TemporaryDirectory() as d:
             Path(d, "i").write_text(str(i + 1))
@@ -141,7 +143,9 @@ def cpu_reporter(config: dict[str, Any]) -> None:
 def test_trials_get_more_cpus_as_others_finish(storage: str) -> None:
     grid = tune.Tuner(
         tune.with_resources(cpu_reporter, {"cpu": 1}),
-        param_space={"steps": tune.grid_search([2, 10])},
+        # the long trial takes 2 s, so the short one (resumed once, in a new worker on a
+        # loaded machine too) has ended before it does
+        param_space={"steps": tune.grid_search([2, 10]), "pause": 0.2},
         tune_config=tune.TuneConfig(
             metric="loss", mode="min", scheduler=ResourceChangingScheduler()
         ),
