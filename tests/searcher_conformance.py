@@ -139,3 +139,27 @@ def check_conformance(
     ahead = drive(searcher, 4, start=100)
     again = drive(copy, 4, start=100)
     assert [_key(c) for c in ahead] == [_key(c) for c in again], (ahead, again)
+
+
+# -- end to end: a smooth bowl tuned through a real Tuner ---------------------------------------
+
+BOWL_SPACE: dict[str, Any] = {"x": tune.uniform(-2, 2), "lr": tune.loguniform(1e-5, 1e-1)}
+
+
+def bowl(config: dict[str, Any]) -> None:
+    """Minimum 0 at x=0.7, lr=1e-2."""
+    tune.report({"loss": (config["x"] - 0.7) ** 2 + (math.log10(config["lr"]) + 2) ** 2})
+
+
+def bowl_losses(search: Searcher, num_samples: int, storage: str) -> list[float]:
+    """Tune `bowl` with `search` on the local backend; every trial's loss, in trial order."""
+    grid = tune.Tuner(
+        bowl,
+        param_space=BOWL_SPACE,
+        tune_config=tune.TuneConfig(
+            metric="loss", mode="min", search_alg=search, num_samples=num_samples
+        ),
+        run_config=tune.RunConfig(storage_path=storage, verbose=0),
+    ).fit()
+    assert len(grid) == num_samples and grid.num_errors == 0
+    return [r.metrics["loss"] for r in sorted(grid, key=lambda r: r.metrics["trial_id"])]

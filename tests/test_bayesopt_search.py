@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 import tunefleet as tune
-from searcher_conformance import MIXED_SPACE, check_conformance, check_value
+from searcher_conformance import MIXED_SPACE, bowl_losses, check_conformance, check_value
 from tunefleet.search import FINISHED, BayesOptSearch
 from tunefleet.space import Float, Integer
 
@@ -256,21 +256,9 @@ def test_missing_optuna_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None
 # ---------------------------------------------------------------------- end to end
 
 
-def bowl(config: dict[str, Any]) -> None:
-    tune.report({"loss": (config["x"] - 0.7) ** 2 + (math.log10(config["lr"]) + 2) ** 2})
-
-
 @pytest.mark.slow
 def test_tuner_run_improves_on_the_random_start(storage: str) -> None:
-    search = BayesOptSearch(random_state=1, random_search_steps=6)
-    grid = tune.Tuner(
-        bowl,
-        param_space={"x": tune.uniform(-2, 2), "lr": tune.loguniform(1e-5, 1e-1)},
-        tune_config=tune.TuneConfig(metric="loss", mode="min", search_alg=search, num_samples=16),
-        run_config=tune.RunConfig(storage_path=storage, verbose=0),
-    ).fit()
-    assert len(grid) == 16 and grid.num_errors == 0
-    losses = [r.metrics["loss"] for r in sorted(grid, key=lambda r: r.metrics["trial_id"])]
+    losses = bowl_losses(BayesOptSearch(random_state=1, random_search_steps=6), 16, storage)
     first, last = sorted(losses[:6]), sorted(losses[-6:])
     assert last[3] < first[3], (first, last)  # the GP trials' median is better
     assert min(losses) < 0.05

@@ -4,14 +4,13 @@ batches, state, and real runs through the Tuner (resume included)."""
 from __future__ import annotations
 
 import json
-import math
 import sys
 from typing import Any
 
 import pytest
 
 import tunefleet as tune
-from searcher_conformance import check_conformance, check_value
+from searcher_conformance import bowl, bowl_losses, check_conformance, check_value
 from tunefleet.search import HyperOptSearch
 from tunefleet.space import Float, Integer
 
@@ -268,21 +267,9 @@ def test_missing_hyperopt_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> No
 # ---------------------------------------------------------------------- end to end
 
 
-def bowl(config: dict[str, Any]) -> None:
-    tune.report({"loss": (config["x"] - 0.7) ** 2 + (math.log10(config["lr"]) + 2) ** 2})
-
-
 @pytest.mark.slow
 def test_tuner_run_improves_on_the_random_start(storage: str) -> None:
-    search = HyperOptSearch(n_initial_points=8, random_state_seed=1)
-    grid = tune.Tuner(
-        bowl,
-        param_space={"x": tune.uniform(-2, 2), "lr": tune.loguniform(1e-5, 1e-1)},
-        tune_config=tune.TuneConfig(metric="loss", mode="min", search_alg=search, num_samples=30),
-        run_config=tune.RunConfig(storage_path=storage, verbose=0),
-    ).fit()
-    assert len(grid) == 30 and grid.num_errors == 0
-    losses = [r.metrics["loss"] for r in sorted(grid, key=lambda r: r.metrics["trial_id"])]
+    losses = bowl_losses(HyperOptSearch(n_initial_points=8, random_state_seed=1), 30, storage)
     first, last = sorted(losses[:8]), sorted(losses[-8:])
     assert last[4] < first[4], (first, last)  # the median of the TPE trials is better
     assert min(losses) < 0.1
