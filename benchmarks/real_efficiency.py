@@ -81,19 +81,28 @@ os.environ["OMP_NUM_THREADS"] = os.environ["OPENBLAS_NUM_THREADS"] = "1"
 os.environ["MKL_NUM_THREADS"] = "1"
 
 import numpy as np
-import real_problems as rp  # a sibling: the script's folder is on sys.path
+import real_problems as rp  # siblings: the script's folder is on sys.path
+from methods import METHODS as NAMED_METHODS
+from methods import make_method
 
 import tunefleet as tune
 from tunefleet.schedulers import ASHAScheduler, HyperBandScheduler, TrialScheduler
-from tunefleet.search import BasicVariantGenerator
+from tunefleet.search import BasicVariantGenerator, Searcher
 
 BENCH_DIR = Path(__file__).resolve().parent
 PEERS = {"ray-asha": "ray_tune_asha.py", "optuna-sha": "optuna_sha.py"}
-METHODS = ("random", "asha", "hyperband")
+METHODS = ("random", "asha", "hyperband")  # the default; any method of methods.py too
+SEARCHER_METHODS = ("random", "tpe", "gp", "cmaes", "asha", "bohb", "asha-tpe")  # --searchers
+FRACTIONS = (0.5, 1.0)  # normalized regret at these fractions of the budget
 LABELS = {
     "random": "tunefleet RS (FIFO)",
     "asha": "tunefleet ASHA",
     "hyperband": "tunefleet HyperBand",
+    "tpe": "Optuna TPE (FIFO)",
+    "gp": "BayesOptSearch GP (FIFO)",
+    "cmaes": "Optuna CMA-ES (FIFO)",
+    "bohb": "TuneBOHB + HyperBandForBOHB",
+    "asha-tpe": "ASHA + Optuna TPE",
     "ray-asha": "Ray Tune ASHA",
     "optuna-sha": "Optuna SHA pruner",
 }
@@ -224,21 +233,27 @@ def hyperband_milestones(max_t: int, eta: int) -> list[int]:
     return sorted(out)
 
 
-def make_scheduler(method: str, max_t: int, grace: int, eta: int) -> TrialScheduler | None:
+def make_real_method(
+    method: str, seed: int, max_t: int, grace: int, eta: int
+) -> tuple[Searcher, TrialScheduler | None]:
+    """The seeded searcher and scheduler: random search with --grace/--eta, or methods.py's."""
+    searcher: Searcher = BasicVariantGenerator(seed=seed)
     if method == "random":
-        return None
+        return searcher, None
     if method == "asha":
-        return ASHAScheduler(max_t=max_t, grace_period=grace, reduction_factor=eta)
+        return searcher, ASHAScheduler(max_t=max_t, grace_period=grace, reduction_factor=eta)
     if method == "hyperband":
-        return HyperBandScheduler(max_t=max_t, reduction_factor=eta)
-    raise ValueError(f"unknown method {method!r}: choose from {', '.join(METHODS)}")
+        return searcher, HyperBandScheduler(max_t=max_t, reduction_factor=eta)
+    return make_method(method, seed, max_t)
 
 
 def run_tunefleet(
     s: Setting, method: str, seed: int, data: Any, args: argparse.Namespace
 ) -> dict[str, Any]:
     metric = rp.METRICS[s.problem]
-    checkpoint_at = hyperband_milestones(s.max_t, args.eta) if method == "hyperband" else []
+    searcher, scheduler = make_real_method(method, seed, s.max_t, args.grace, args.eta)
+    pauses = isinstance(scheduler, HyperBandScheduler)  # BOHB's too: resumes from checkpoints
+    checkpoint_at = hyperband_milestones(s.max_t, args.eta) if pauses else []
     trainable = tune.with_resources(
         tune.with_parameters(
             train, problem=s.problem, data=data, max_t=s.max_t, checkpoint_at=checkpoint_at
@@ -257,8 +272,8 @@ def run_tunefleet(
                 num_samples=-1,
                 time_budget_s=s.budget_s,
                 max_concurrent_trials=args.concurrency,
-                search_alg=BasicVariantGenerator(seed=seed),
-                scheduler=make_scheduler(method, s.max_t, args.grace, args.eta),
+                search_alg=searcher,
+                scheduler=scheduler,
             ),
             run_config=tune.RunConfig(
                 storage_path=storage,
@@ -348,6 +363,32 @@ def summarize(run: dict[str, Any], target: float, budget: float) -> dict[str, An
     }
 
 
+def normalized_regret(
+    run: dict[str, Any], budget: float, best_known: float, median_random: float
+) -> dict[str, float]:
+    """``(best so far - best known) / (random median - best known)`` at each fraction.
+
+    1 is what one random full-budget trial typically yields, 0 the best known; +inf
+    before the first result.
+    """
+    scale = median_random - best_known
+    at = best_so_far(run["points"], np.array([f * budget for f in FRACTIONS]))
+    return {f"{f:g}": float((b - best_known) / scale) for f, b in zip(FRACTIONS, at, strict=True)}
+
+
+def mean_ranks(rows: dict[str, list[dict[str, Any]]]) -> dict[str, float]:
+    """Per seed, the methods ranked by final regret (1 = best, ties averaged); the mean."""
+    ranks: dict[str, list[float]] = {m: [] for m in rows}
+    seeds = min(len(r) for r in rows.values())
+    for i in range(seeds):
+        regrets = {m: rows[m][i]["regret"] for m in rows}
+        for m, mine in regrets.items():
+            below = sum(r < mine for r in regrets.values())
+            ties = sum(r == mine for r in regrets.values())
+            ranks[m].append(1 + below + (ties - 1) / 2)
+    return {m: statistics.fmean(r) for m, r in ranks.items() if r}
+
+
 def median_or_inf(values: list[float | None]) -> float:
     """Median with "never" as +inf: inf when more than half never happen."""
     return float(np.median([math.inf if v is None else v for v in values]))
@@ -378,7 +419,8 @@ def plot(
         curves = np.array([best_so_far(r["points"], grid) for r in method_runs])
         median = np.median(curves, axis=0)
         median[~np.isfinite(median)] = np.nan
-        ax.step(grid, median, where="post", label=f"{LABELS[method]} ({len(method_runs)})")
+        label = f"{LABELS.get(method, method)} ({len(method_runs)})"
+        ax.step(grid, median, where="post", label=label)
     ax.axhline(ref["target"], color="grey", ls="--", lw=1, label="target")
     ax.axhline(ref["best_known"], color="grey", ls=":", lw=1, label="best known")
     ax.set_yscale("log")
@@ -431,9 +473,11 @@ def table(s: Setting, ref: dict[str, Any], rows: dict[str, list[dict[str, Any]]]
     lines = [
         "| method | version | median time-to-target (s) | never | speed-up vs RS (medians) "
         "| paired speed-up vs RS (median) | final regret (median) | final best (median) "
+        "| normalized regret @50% / @100%, mean (median) | mean rank "
         "| first result (s, median) | trials/run | results/run |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    ranks = mean_ranks(rows)
     rs = rows.get("random")
     rs_med = median_or_inf([x["time_to_target_s"] for x in rs]) if rs else math.inf
     for method, summaries in rows.items():
@@ -460,11 +504,16 @@ def table(s: Setting, ref: dict[str, Any], rows: dict[str, list[dict[str, Any]]]
         first = median_or_inf(firsts)
         trials = statistics.fmean(x["trials"] for x in summaries)
         results = statistics.fmean(x["results"] for x in summaries)
+        normalized = " / ".join(
+            f"{statistics.fmean(v):.2f} ({statistics.median(v):.2f})"
+            for f in FRACTIONS
+            for v in [[x["normalized_regret"][f"{f:g}"] for x in summaries]]
+        )
         lines.append(
-            f"| {LABELS[method]} | {summaries[0]['version']} | {fmt_s(med, budget)} "
+            f"| {LABELS.get(method, method)} | {summaries[0]['version']} | {fmt_s(med, budget)} "
             f"| {never:.0%} | {speedup} | {paired} | {fmt_regret(s.problem, regret)} "
-            f"| {fmt_metric(s.problem, final)} | {fmt_s(first, budget)} | {trials:,.0f} "
-            f"| {results:,.0f} |"
+            f"| {fmt_metric(s.problem, final)} | {normalized} | {ranks.get(method, math.nan):.1f} "
+            f"| {fmt_s(first, budget)} | {trials:,.0f} | {results:,.0f} |"
         )
     return lines
 
@@ -475,7 +524,20 @@ def table(s: Setting, ref: dict[str, Any], rows: dict[str, list[dict[str, Any]]]
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--problems", nargs="+", choices=["digits", "lstm"])
-    parser.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
+    parser.add_argument(
+        "--methods",
+        nargs="+",
+        metavar="METHOD",
+        help=f"default {' '.join(METHODS)}; any of methods.py: {', '.join(NAMED_METHODS)}, "
+        "or SEARCHER+SCHEDULER",
+    )
+    parser.add_argument(
+        "--searchers",
+        action="store_true",
+        help=f"the searcher comparison: --methods {' '.join(SEARCHER_METHODS)}, no peers, "
+        "plots named real_PROBLEM_searchers.png",
+    )
+    parser.add_argument("--tag", default="", help="suffix of the plots' names")
     parser.add_argument("--seeds", type=int, help="seeds per method on digits (default 5)")
     parser.add_argument("--lstm-seeds", type=int, help="seeds per method on lstm (default 5)")
     parser.add_argument("--budget", type=float, help="seconds per digits run (default 40)")
@@ -513,6 +575,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         if getattr(args, name) is None:
             setattr(args, name, value)
     args.problems = args.problems or ["digits", "lstm"]
+    if args.searchers:
+        args.methods = args.methods or list(SEARCHER_METHODS)
+        args.skip_peers = True
+        args.tag = args.tag or "_searchers"
+    args.methods = args.methods or list(METHODS)
+    for method in args.methods:  # a typo fails now, not after the first problem's runs
+        try:
+            make_real_method(method, 0, 3, 1, 3)
+        except ValueError as e:
+            parser.error(str(e))
     if "random" not in args.methods:
         args.methods.insert(0, "random")  # the reference of every speed-up
     if args.plots_dir is None:
@@ -587,10 +659,13 @@ def analyse(
         for run in method_runs:
             summary = summarize(run, ref["target"], s.budget_s)
             summary["regret"] = summary["final_best"] - ref["best_known"]
+            summary["normalized_regret"] = normalized_regret(
+                run, s.budget_s, ref["best_known"], ref["median_random"]
+            )
             keys = ("trials", "wall_s", "version", "seed", "loadavg_1min")
             summary.update({k: run[k] for k in keys})
             rows[method].append(summary)
-    png = Path(args.plots_dir) / f"real_{s.problem}.png"
+    png = Path(args.plots_dir) / f"real_{s.problem}{args.tag}.png"
     plot(s, ref, runs, png)
     loads = [r["loadavg_1min"] for rs in runs.values() for r in rs]
     corr = ", ".join(f"epoch {b}: {v:+.2f}" for b, v in ref["rank_correlation"].items())
