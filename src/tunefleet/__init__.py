@@ -19,7 +19,8 @@ __version__ = "0.1.0"
 from tunefleet._redact import RedactingFilter, Secret
 from tunefleet.callbacks import Callback
 from tunefleet.checkpoint import Checkpoint
-from tunefleet.config import CheckpointConfig, FailureConfig, RunConfig, TuneConfig
+from tunefleet.config import CheckpointConfig, FailureConfig, RunConfig, SyncConfig, TuneConfig
+from tunefleet.resources import PlacementGroupFactory
 from tunefleet.session import TuneContext, get_checkpoint, get_context, report
 from tunefleet.space import (
     choice,
@@ -72,11 +73,13 @@ __all__ = [
     "FailureConfig",
     "FailureKind",
     "FailureRecord",
+    "PlacementGroupFactory",
     "Result",
     "ResultGrid",
     "RunConfig",
     "Secret",
     "Stopper",
+    "SyncConfig",
     "Trainable",
     "Trial",
     "TrialError",

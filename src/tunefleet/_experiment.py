@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import sys
 import time
 from typing import Any
 
@@ -27,10 +28,12 @@ def run_experiment(
     tune_config: TuneConfig,
     run_config: RunConfig,
     resume: ResumeState | None = None,
+    resume_url: str | None = None,
 ) -> str:
-    """Run the experiment (or continue `resume`); return its directory."""
+    """Run the experiment (or continue `resume`, kept at `resume_url` if remote); return its
+    (local) directory."""
     with warnings_shown(run_config.verbose):
-        return _run(trainable, param_space, tune_config, run_config, resume)
+        return _run(trainable, param_space, tune_config, run_config, resume, resume_url)
 
 
 def _run(
@@ -39,7 +42,9 @@ def _run(
     tune_config: TuneConfig,
     run_config: RunConfig,
     resume: ResumeState | None,
+    resume_url: str | None,
 ) -> str:
+    from tunefleet._storage import parse_storage
     from tunefleet.stoppers import make_stopper
     from tunefleet.store import ExperimentStore
     from tunefleet.store._check import DriverLock
@@ -47,24 +52,84 @@ def _run(
     searcher = _searcher(tune_config, param_space)
     scheduler = _scheduler(tune_config)
     stopper = make_stopper(run_config.stop)
+    storage = parse_storage(run_config.storage_path, run_config.storage_filesystem)
     if resume is not None:
         _restore_states(resume, searcher, scheduler, stopper)
         name, path = resume.name, resume.path
-    else:
-        name, path = experiment_dir(run_config.storage_path, run_config.name, trainable)
+    else:  # with remote storage, `path` is the local staging folder
+        name, path = experiment_dir(run_config.storage_path, run_config.name, trainable, storage)
     with DriverLock(path):
         backend = _backend(trainable, name, path, tune_config, run_config)
         store = ExperimentStore(path)
+        remote = _remote(store, name, storage, resume is not None, resume_url, run_config)
         if resume is None:
             meta = _meta(name, trainable, param_space, tune_config, run_config)
+            meta["storage_url"] = remote.url if remote is not None else None
             store.write_meta(meta)
             prefix = str(meta["id_prefix"])
         else:
             _record_resume(store, resume, tune_config)
             prefix = resume.id_prefix
         store.flush()
+        sync = _start_sync(path, remote, run_config, backend, store) if remote else None
         spec = _spec(name, path, prefix, trainable, backend, tune_config, run_config, resume)
-        return _drive(spec, backend, store, searcher, scheduler, stopper, run_config, resume)
+        if remote is not None:
+            spec.storage_url, spec.storage_filesystem = remote.url, remote.fs
+        try:
+            return _drive(spec, backend, store, searcher, scheduler, stopper, run_config, resume)
+        finally:
+            if sync is not None:
+                sync.close()  # the last upload, after the store is closed
+
+
+def _remote(
+    store: Any,
+    name: str,
+    storage: Any,
+    resumed: bool,
+    resume_url: str | None,
+    run_config: RunConfig,
+) -> Any:
+    """Where the experiment is kept in remote storage (`_storage.Storage`), or None.
+
+    A resumed experiment keeps the place it was started with (recorded in its meta),
+    whatever `storage_path` says now.
+    """
+    from tunefleet._storage import Storage, filesystem_for, register_filesystem
+
+    if not resumed:
+        remote = None if storage is None else Storage(storage.join(name), storage.fs)
+    else:
+        url = resume_url or store.load_meta().get("storage_url")
+        if not url:
+            return None
+        fs = storage.fs if storage is not None else run_config.storage_filesystem
+        remote = Storage(str(url), filesystem_for(str(url), fs)[0])
+    if remote is not None:
+        register_filesystem(remote.url, remote.fs)  # for checkpoints under it, in this process
+    return remote
+
+
+def _start_sync(path: str, remote: Any, run_config: RunConfig, backend: Any, store: Any) -> Any:
+    """Upload the experiment now (a wrong URL or credentials fail here), then periodically."""
+    from tunefleet._storage_sync import ExperimentSync
+
+    config = run_config.sync_config
+    sync = ExperimentSync(
+        path,
+        remote.url,
+        period=config.sync_period,
+        timeout=config.sync_timeout,
+        artifacts=config.sync_artifacts,
+    )
+    try:
+        sync.start()
+    except BaseException as exc:
+        backend.shutdown()
+        store.write_meta({"status": "failed", "ended_at": time.time(), "stop_reason": str(exc)})
+        store.close()
+        raise
+    return sync
 
 
 def _backend(
@@ -78,6 +143,16 @@ def _backend(
             resources=resources_of(trainable),
             time_budget_s=tune_config.time_budget_s,
             stop=run_config.stop,
+        )
+    if run_config.backend == "ray":
+        from tunefleet.backends.ray import RayBackend
+
+        return RayBackend(
+            trainable=trainable,
+            experiment_name=name,
+            experiment_path=path,
+            reuse_actors=tune_config.reuse_actors,
+            ray_init=run_config.ray_init,
         )
     totals = None
     if run_config.resources is not None:
@@ -172,9 +247,10 @@ def _spec(
         metric=tune_config.metric,
         mode=tune_config.mode,
         num_samples=tune_config.num_samples,
-        max_concurrent=_max_concurrent(tune_config, backend.capacity(), resources),
+        max_concurrent=_max_concurrent(tune_config, backend, resources),
         time_budget_s=tune_config.time_budget_s,
         max_failures=failures.max_failures,
+        node_loss_counts=failures.node_loss_counts,
         fail_fast=failures.fail_fast,
         trial_timeout_s=failures.trial_timeout_s,
         heartbeat_timeout_s=failures.heartbeat_timeout_s,
@@ -271,10 +347,15 @@ def _scheduler(tune_config: TuneConfig) -> TrialScheduler:
     return scheduler
 
 
-def _max_concurrent(
-    tune_config: TuneConfig, capacity: dict[str, float], resources: dict[str, float]
-) -> int:
-    """How many trials at once: what fits, capped by max_concurrent_trials."""
+def _max_concurrent(tune_config: TuneConfig, backend: Backend, resources: dict[str, float]) -> int:
+    """How many trials at once: what fits, capped by max_concurrent_trials.
+
+    A cluster that grows and shrinks (the Ray backend) has no fixed limit: the backend
+    says what fits now (`can_start`).
+    """
+    if getattr(backend, "elastic", False):
+        return tune_config.max_concurrent_trials or sys.maxsize
+    capacity = backend.capacity()
     fits = math.inf
     for name, amount in resources.items():
         if amount > 0:

@@ -21,7 +21,32 @@ MAX_NAME_BYTES = 200
 _MAX_COMPONENT_BYTES = 255  # NAME_MAX on Linux and macOS
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 _EDGES = "._- "
+
+
+def is_url(path: object) -> bool:
+    """Whether `path` is a URL of remote storage such as ``s3://bucket/x`` (not a local path).
+
+    ``file://`` URLs are local paths, not remote storage.
+
+    Example:
+        >>> is_url("s3://bucket/exp"), is_url("/tmp/exp"), is_url("file:///tmp/exp")
+        (True, False, False)
+    """
+    return isinstance(path, str) and _URL.match(path) is not None and not path.startswith("file:")
+
+
+def local_path(path: str) -> str:
+    """A local path given as a path or a ``file:`` URL, as a path.
+
+    Example:
+        >>> local_path("file:///tmp/exp"), local_path("/tmp/exp")
+        ('/tmp/exp', '/tmp/exp')
+    """
+    if path.startswith("file://"):
+        return path[len("file://") :]
+    return path[len("file:") :] if path.startswith("file:") else path
 
 
 def slug(text: str, max_len: int = MAX_SLUG) -> str:

@@ -1,13 +1,15 @@
 """Checkpoints: directories of files, written atomically with a manifest, and retention.
 
-A `Checkpoint` is only a reference to a directory. `tune.report(...,
+A `Checkpoint` is only a reference to a directory (local, or a URL in remote
+storage: then `_storage` does the remote side of each function here). `tune.report(...,
 checkpoint=...)` calls `persist_checkpoint`, which copies the directory into
 `<trial>/checkpoints/checkpoint_NNNNNN` through a temporary sibling: every file is
 hashed while it is copied, a manifest (path, size, sha256 of each file) is written
 last, everything is fsynced, and the directory is renamed into place. A reader
 (or a resumed run) never sees a half-written checkpoint, and `verify_checkpoint`
 detects one that was damaged afterwards. `CheckpointKeeper` decides which
-checkpoints retention removes; `delete_checkpoints` removes them. See
+checkpoints retention removes; `delete_checkpoints` removes them (both live in
+`_retention` and are re-exported here). See
 docs/checkpoints.md.
 """
 
@@ -18,9 +20,7 @@ import errno
 import hashlib
 import json
 import logging
-import math
 import os
-import re
 import shutil
 import stat
 import tempfile
@@ -31,7 +31,10 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from tunefleet._metrics import metric_value
+from tunefleet._paths import is_url, local_path
+from tunefleet._retention import CHECKPOINT_NAME as _CHECKPOINT_NAME
+from tunefleet._retention import CheckpointKeeper as CheckpointKeeper
+from tunefleet._retention import delete_checkpoints as delete_checkpoints
 
 logger = logging.getLogger("tunefleet")
 
@@ -43,13 +46,17 @@ _PENDING = 16  # chunks read ahead of the hashing thread (bounds memory to ~16 M
 _WRITEBACK = 8 << 20  # start writing a file out every this many bytes
 _BLOCK = 4096  # a file takes whole blocks on disk: used to estimate the space a copy needs
 _RESERVE_MAX = 64 << 20  # leave this much (or 1% of the filesystem) for the store and logs
-_CHECKPOINT_NAME = re.compile(r"checkpoint_\d+")
 # Temporaries of an interrupted write or delete start with these; `remove_temporaries` clears them.
 _TMP_PREFIXES = (".tmp_", ".old_", ".del_")
 
 
 class Checkpoint:
-    """A directory holding a trial's saved state.
+    """A directory holding a trial's saved state: a local path, or a URL in remote storage.
+
+    A remote checkpoint (``s3://...``) is downloaded by `as_directory` and
+    `to_directory`, and checked against its manifest on the way. `filesystem` (an
+    fsspec filesystem) reaches it; by default, the one given as the experiment's
+    `storage_filesystem`, else fsspec's default for the URL.
 
     Example:
         >>> import tempfile, tunefleet as tune
@@ -59,12 +66,23 @@ class Checkpoint:
         ...     assert path == d
     """
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.path = os.fspath(path)
+    def __init__(self, path: str | os.PathLike[str], filesystem: Any = None) -> None:
+        self.path = local_path(os.fspath(path))
+        self.filesystem = filesystem
+        if filesystem is not None and not is_url(self.path):
+            from tunefleet._storage import parse_storage
+
+            storage = parse_storage(self.path, filesystem, where="path", fs_where="filesystem")
+            self.path = storage.url if storage is not None else self.path
 
     @classmethod
     def from_directory(cls, path: str | os.PathLike[str]) -> Checkpoint:
-        """Refer to an existing directory (nothing is copied yet)."""
+        """Refer to an existing local directory (nothing is copied yet)."""
+        if is_url(os.fspath(path)):
+            raise ValueError(
+                f"Checkpoint.from_directory({os.fspath(path)!r}) takes a local directory; "
+                "refer to a checkpoint in remote storage with tune.Checkpoint(url)"
+            )
         if not os.path.isdir(path):
             raise ValueError(f"Checkpoint.from_directory({os.fspath(path)!r}): not a directory")
         return cls(path)
@@ -72,15 +90,29 @@ class Checkpoint:
     def to_directory(self, path: str | os.PathLike[str] | None = None) -> str:
         """Copy the checkpoint's files into `path` (a new temporary directory if None)."""
         target = os.fspath(path) if path is not None else tempfile.mkdtemp(prefix="checkpoint_")
+        if is_url(self.path):
+            from tunefleet._storage import download_checkpoint
+
+            return download_checkpoint(self.path, target, self.filesystem)
         shutil.copytree(self.path, target, dirs_exist_ok=True)
         return target
 
     @contextlib.contextmanager
     def as_directory(self) -> Iterator[str]:
-        """Yield a local directory with the checkpoint's files (no copy for local ones)."""
-        yield self.path
+        """Yield a local directory with the checkpoint's files (a remote one is downloaded
+        into a temporary directory, removed afterwards; a local one is not copied)."""
+        if not is_url(self.path):
+            yield self.path
+            return
+        with tempfile.TemporaryDirectory(prefix="checkpoint_") as tmp:
+            yield self.to_directory(tmp)
 
     def get_metadata(self) -> dict[str, Any]:
+        if is_url(self.path):
+            from tunefleet._storage import read_bytes
+
+            raw = read_bytes(f"{self.path}/{_METADATA_FILE}", self.filesystem)
+            return {} if raw is None else dict(json.loads(raw))
         meta_file = Path(self.path, _METADATA_FILE)
         if not meta_file.exists():
             return {}
@@ -88,6 +120,11 @@ class Checkpoint:
         return data
 
     def set_metadata(self, metadata: dict[str, Any]) -> None:
+        if is_url(self.path):
+            from tunefleet._storage import write_bytes
+
+            write_bytes(f"{self.path}/{_METADATA_FILE}", json.dumps(metadata).encode())
+            return
         Path(self.path, _METADATA_FILE).write_text(json.dumps(metadata))
 
     def __fspath__(self) -> str:
@@ -125,8 +162,14 @@ class CheckpointWriteError(OSError):
         return self.message
 
 
-def persist_checkpoint(source: str, trial_dir: str, iteration: int) -> str:
+def persist_checkpoint(
+    source: str, trial_dir: str, iteration: int, *, source_filesystem: Any = None
+) -> str:
     """Copy `source` into the trial's checkpoints folder atomically; return the new path.
+
+    Either may be a URL in remote storage (`source_filesystem` reaches a remote
+    source); a remote copy is uploaded file by file with the manifest last, so a
+    cut upload leaves a folder without a manifest, never a valid-looking one.
 
     The files are copied (and hashed in the same pass) into a hidden temporary
     sibling, the manifest is written last, all of it is fsynced, and the folder is
@@ -137,6 +180,10 @@ def persist_checkpoint(source: str, trial_dir: str, iteration: int) -> str:
         CheckpointWriteError: the copy failed (e.g. no space left); the temporary
             folder has been removed and earlier checkpoints are untouched.
     """
+    if is_url(source) or is_url(trial_dir):
+        from tunefleet._storage import persist_remote
+
+        return persist_remote(source, trial_dir, iteration, source_filesystem)
     root = os.path.join(trial_dir, "checkpoints")
     name = checkpoint_dir_name(iteration)
     final = os.path.join(root, name)
@@ -264,15 +311,20 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
-def _write_manifest(directory: str, entries: list[dict[str, Any]]) -> None:
+def manifest_text(entries: list[dict[str, Any]]) -> str:
+    """The manifest of a checkpoint holding `entries` (path, size, sha256 of each file)."""
     manifest = {
         "format": "tunefleet-checkpoint",
         "version": MANIFEST_VERSION,
         "created": time.time(),
         "files": entries,
     }
+    return json.dumps(manifest, indent=1)
+
+
+def _write_manifest(directory: str, entries: list[dict[str, Any]]) -> None:
     with open(os.path.join(directory, MANIFEST_FILE), "x") as f:
-        json.dump(manifest, f, indent=1)  # fsynced with the folders, by _fsync_tree
+        f.write(manifest_text(entries))  # fsynced with the folders, by _fsync_tree
 
 
 def _fsync_tree(top: str) -> None:
@@ -388,6 +440,10 @@ def remove_temporaries(trial_dir: str) -> list[str]:
 
     Call it when no attempt of the trial is running (before a restart or resume).
     """
+    if is_url(trial_dir):
+        from tunefleet._storage import remove_remote_temporaries
+
+        return remove_remote_temporaries(trial_dir)
     root = os.path.join(trial_dir, "checkpoints")
     removed = []
     with contextlib.suppress(OSError):
@@ -405,7 +461,8 @@ def verify_checkpoint(path: str, *, checksums: bool = True) -> str | None:
     """Check a persisted checkpoint against its manifest.
 
     Args:
-        path: the checkpoint directory.
+        path: the checkpoint directory, or its URL in remote storage (there the
+            files and sizes are checked, and each sha256 when it is downloaded).
         checksums: also compare each file's sha256 (reads every byte); False only
             checks that the files exist with the right sizes.
 
@@ -413,6 +470,10 @@ def verify_checkpoint(path: str, *, checksums: bool = True) -> str | None:
         None if the checkpoint is complete and intact, else a short reason such as
         ``"missing manifest (half-written?)"`` or ``"file model.pt: size 123 != 456"``.
     """
+    if is_url(path):
+        from tunefleet._storage import verify_remote
+
+        return verify_remote(path)
     if not os.path.isdir(path):
         return "directory missing"
     try:
@@ -422,6 +483,18 @@ def verify_checkpoint(path: str, *, checksums: bool = True) -> str | None:
         return "missing manifest (half-written?)"
     except (OSError, ValueError) as exc:
         return f"unreadable manifest: {exc}"
+    entries = manifest_entries(manifest)
+    if isinstance(entries, str):
+        return entries
+    for rel, size, sha in entries:
+        reason = _verify_entry(path, rel, size, sha, checksums)
+        if reason is not None:
+            return reason
+    return None
+
+
+def manifest_entries(manifest: Any) -> list[tuple[str, int, str]] | str:
+    """The ``(path, size, sha256)`` a manifest lists, or why it cannot be used."""
     if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), list):
         return "malformed manifest"
     version = manifest.get("version")
@@ -429,22 +502,20 @@ def verify_checkpoint(path: str, *, checksums: bool = True) -> str | None:
         return (
             f"manifest version {version!r} not supported (this tunefleet reads {MANIFEST_VERSION})"
         )
+    entries = []
     for entry in manifest["files"]:
-        reason = _verify_entry(path, entry, checksums)
-        if reason is not None:
-            return reason
-    return None
+        try:
+            rel, size, sha = str(entry["path"]), int(entry["size"]), str(entry["sha256"])
+        except (TypeError, KeyError, ValueError):
+            return f"malformed manifest entry {entry!r}"
+        if rel.startswith("/") or ".." in rel.split("/"):
+            return f"manifest entry {rel!r} points outside the checkpoint"
+        entries.append((rel, size, sha))
+    return entries
 
 
-def _verify_entry(root: str, entry: Any, checksums: bool) -> str | None:
-    try:
-        rel, size, sha = str(entry["path"]), int(entry["size"]), str(entry["sha256"])
-    except (TypeError, KeyError, ValueError):
-        return f"malformed manifest entry {entry!r}"
-    parts = rel.split("/")
-    if rel.startswith("/") or ".." in parts:
-        return f"manifest entry {rel!r} points outside the checkpoint"
-    full = os.path.join(root, *parts)
+def _verify_entry(root: str, rel: str, size: int, sha: str, checksums: bool) -> str | None:
+    full = os.path.join(root, *rel.split("/"))
     try:
         actual = os.stat(full).st_size
     except OSError:
@@ -487,132 +558,3 @@ def latest_valid(
             return path, skipped
         skipped.append((path, reason))
     return None, skipped
-
-
-# -- retention ------------------------------------------------------------------------------
-
-
-def delete_checkpoints(paths: Iterable[str]) -> list[tuple[str, str]]:
-    """Delete checkpoint folders; return ``(path, reason)`` for each that failed. Never raises.
-
-    A folder is first renamed to a hidden name, so an interrupted delete never
-    leaves a partial checkpoint under a checkpoint's name. Only folders named
-    ``checkpoint_NNNNNN`` are deleted; a path that is already gone is not a failure.
-    """
-    failures: list[tuple[str, str]] = []
-    for path in paths:
-        try:
-            if not _CHECKPOINT_NAME.fullmatch(os.path.basename(os.path.normpath(path))):
-                failures.append((path, "not a checkpoint folder (checkpoint_NNNNNN); not deleted"))
-                continue
-            if not os.path.lexists(path):
-                continue
-            if os.path.islink(path) or not os.path.isdir(path):
-                failures.append((path, "not a directory; not deleted"))
-                continue
-            trash = os.path.join(
-                os.path.dirname(os.path.normpath(path)), f".del_{os.urandom(4).hex()}"
-            )
-            os.rename(path, trash)
-            shutil.rmtree(trash)
-        except Exception as exc:  # a retention delete must never take the driver down
-            failures.append((path, f"{type(exc).__name__}: {exc}"))
-    return failures
-
-
-class CheckpointKeeper:
-    """Applies `CheckpointConfig` retention: keep the N best (or latest N), and always the latest.
-
-    The keeper only decides: `add` returns the paths that fall out, and the caller
-    deletes them with `delete_checkpoints` once the store has recorded the new
-    checkpoint (so a crash in between never leaves the store pointing at nothing).
-
-    Args:
-        num_to_keep: how many checkpoints per trial to keep; None keeps all. The
-            latest is kept besides the N best, so N+1 may remain.
-        score_attribute: metric that ranks checkpoints; None keeps the latest N.
-            Results without it, or with a non-finite value, rank last.
-        score_order: "max" or "min".
-
-    Example:
-        >>> k = CheckpointKeeper(1, "acc", "max")
-        >>> k.add("t1", "c1", {"acc": 0.9}), k.add("t1", "c2", {"acc": 0.5})
-        ([], [])
-        >>> k.add("t1", "c3", {"acc": 0.7})
-        ['c2']
-    """
-
-    def __init__(
-        self,
-        num_to_keep: int | None = None,
-        score_attribute: str | None = None,
-        score_order: str = "max",
-    ) -> None:
-        if num_to_keep is not None and num_to_keep < 1:
-            raise ValueError(f"num_to_keep={num_to_keep!r} must be a positive integer or None")
-        if score_order not in ("max", "min"):
-            raise ValueError(f"score_order={score_order!r} must be 'max' or 'min'")
-        self.num_to_keep = num_to_keep
-        self.score_attribute = score_attribute
-        self.sign = 1.0 if score_order == "max" else -1.0
-        self._kept: dict[str, list[tuple[float, int, str]]] = {}  # oldest first
-        self._paths: set[str] = set()  # every kept path, for `is_kept`
-        self._counter = 0
-
-    @classmethod
-    def from_config(cls, config: Any) -> CheckpointKeeper:
-        """From a `tune.CheckpointConfig`."""
-        return cls(
-            config.num_to_keep, config.checkpoint_score_attribute, config.checkpoint_score_order
-        )
-
-    def add(self, trial_id: str, path: str, result: dict[str, Any]) -> list[str]:
-        """Record a new checkpoint; return the paths that retention drops (deletes nothing)."""
-        self._counter += 1
-        kept = [k for k in self._kept.get(trial_id, []) if k[2] != path]
-        kept.append((self._score(result), self._counter, path))
-        self._paths.add(path)
-        if self.num_to_keep is None or len(kept) <= self.num_to_keep:
-            self._kept[trial_id] = kept
-            return []
-        latest = kept[-1]
-        best = sorted(kept, key=lambda k: (k[0], k[1]), reverse=True)[: self.num_to_keep]
-        keep = {id(k) for k in best} | {id(latest)}
-        self._kept[trial_id] = [k for k in kept if id(k) in keep]
-        dropped = [k[2] for k in kept if id(k) not in keep]
-        self._paths.difference_update(dropped)
-        return dropped
-
-    def is_kept(self, path: str) -> bool:
-        """Whether `path` is a kept checkpoint now (a name can be written again after a
-        rewind or a PBT exploit: a deletion queued for the old one must then not run)."""
-        return path in self._paths
-
-    def kept(self, trial_id: str) -> list[str]:
-        """The trial's kept checkpoints, newest first (for `latest_valid`)."""
-        return [k[2] for k in reversed(self._kept.get(trial_id, []))]
-
-    def forget(self, trial_id: str, path: str) -> None:
-        """Stop tracking a checkpoint (e.g. one that failed verification); deletes nothing."""
-        self._kept[trial_id] = [k for k in self._kept.get(trial_id, []) if k[2] != path]
-        self._paths.discard(path)
-
-    def discard(self, path: str) -> None:
-        """Delete a checkpoint that arrived after its trial was stopped (never recorded).
-
-        A path that is kept for some trial is left alone: a stale attempt may have
-        written under the same name as the current attempt's recorded checkpoint.
-        """
-        if self.is_kept(path):
-            logger.debug("not discarding %s: it is a kept checkpoint", path)
-            return
-        for failed, reason in delete_checkpoints([path]):
-            logger.warning("could not delete checkpoint %s: %s", failed, reason)
-
-    def _score(self, result: dict[str, Any]) -> float:
-        if self.score_attribute is None:
-            return float(self._counter)
-        score = metric_value(result, self.score_attribute)
-        if score is None or not math.isfinite(score):
-            return -math.inf
-        return self.sign * score

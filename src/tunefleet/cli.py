@@ -94,6 +94,9 @@ def _parser() -> argparse.ArgumentParser:
     from tunefleet._cli_resume import add_resume_command
 
     add_resume_command(sub)
+    from tunefleet._slurm import add_slurm_command
+
+    add_slurm_command(sub)
     return parser
 
 

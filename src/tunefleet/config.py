@@ -1,4 +1,5 @@
-"""Configuration dataclasses: TuneConfig, RunConfig, CheckpointConfig, FailureConfig.
+"""Configuration dataclasses: TuneConfig, RunConfig, CheckpointConfig, FailureConfig,
+SyncConfig.
 
 All fields have Ray Tune's names. Values are checked in `validate()`, called by
 `Tuner` before anything runs, so a bad value fails fast and names itself.
@@ -87,6 +88,10 @@ class FailureConfig:
             result is recorded, and searchers and schedulers see the worst value).
         memory_usage_threshold: the node memory watcher kills the newest trial when
             the machine's memory in use goes above this fraction (Ray's default 0.95).
+        node_loss_counts: whether a trial that failed because its node was lost
+            (NODE_LOST, Ray backend) uses up one of `max_failures`. False (default): it
+            is retried, from its latest checkpoint, whatever `max_failures` says, so
+            losing spot instances does not end trials.
     """
 
     max_failures: int = 0
@@ -95,6 +100,7 @@ class FailureConfig:
     heartbeat_timeout_s: float | None = None
     nan_policy: str = "error"
     memory_usage_threshold: float = 0.95
+    node_loss_counts: bool = False
 
     def validate(self) -> None:
         value = self.max_failures
@@ -125,6 +131,42 @@ class FailureConfig:
             raise ValueError(
                 f"FailureConfig.memory_usage_threshold={threshold!r} is not valid: "
                 "it must be a fraction in (0, 1]"
+            )
+        if not isinstance(self.node_loss_counts, bool):
+            raise TypeError(
+                f"FailureConfig.node_loss_counts={self.node_loss_counts!r} must be True or False"
+            )
+
+
+@dataclass
+class SyncConfig:
+    """How an experiment in remote storage (a `storage_path` URL such as s3://) is kept there.
+
+    Trials write their checkpoints to the storage directly. The experiment's
+    database and trial files live in a local staging folder and are uploaded:
+
+    Args:
+        sync_period: upload a snapshot of the database (and the trial files that
+            changed) at most this often, in seconds; also when the run starts and
+            ends. A resume from the storage after the driver's machine was lost
+            redoes at most this much. Retention deletes of remote checkpoints wait
+            for the next upload.
+        sync_timeout: at the end, wait this long at most for the last upload.
+        sync_artifacts: also upload the files in each trial's folder (stdout.log,
+            stderr.log, logger outputs); Ray Tune's default is False.
+    """
+
+    sync_period: float = 60.0
+    sync_timeout: float = 1800.0
+    sync_artifacts: bool = True
+
+    def validate(self) -> None:
+        for name in ("sync_period", "sync_timeout"):
+            _positive_number(f"SyncConfig.{name}", getattr(self, name))
+        if not isinstance(self.sync_artifacts, bool):
+            raise ValueError(
+                f"SyncConfig.sync_artifacts={self.sync_artifacts!r} is not valid: "
+                "it must be True or False"
             )
 
 
@@ -213,19 +255,33 @@ class TuneConfig:
         self.metric, self.mode = list(metrics), list(modes)
 
 
+BACKENDS = ("local", "ray")
+
+
 @dataclass
 class RunConfig:
     """Where results go, when trials stop, what watches them.
 
     Args:
         name: the experiment's name (its directory under storage_path).
-        storage_path: where experiments are stored (default ``~/tunefleet_results``).
+        storage_path: where experiments are stored (default ``~/tunefleet_results``):
+            a local or shared folder, or an fsspec URL such as ``s3://bucket/prefix``
+            (docs/storage.md).
+        storage_filesystem: the fsspec filesystem that reaches a remote
+            `storage_path` (e.g. ``s3fs.S3FileSystem(endpoint_url=...)``); by default
+            fsspec's, configured by the environment.
+        sync_config: how an experiment in remote storage is uploaded (`SyncConfig`).
         stop: a dict such as ``{"training_iteration": 10}``, a function
             ``(trial_id, result) -> bool`` or a `tune.Stopper`.
         callbacks: `tune.Callback` objects.
         verbose: 0 silent, 1 status lines and the summary, 2 also each trial's end.
         resources: totals for this machine, overriding what is detected, and any
-            custom resources, e.g. ``{"cpu": 8, "accelerator_x": 2}``.
+            custom resources, e.g. ``{"cpu": 8, "accelerator_x": 2}`` (local backend).
+        backend: where trials run: "local" (worker processes on this machine, the
+            default) or "ray" (Ray actors on a local Ray or a cluster; docs/clusters.md).
+        ray_init: with backend="ray", keyword arguments of ``ray.init`` used when Ray
+            is not initialised yet, e.g. ``{"address": "auto"}`` to join a running
+            cluster. ``RAY_ADDRESS`` (set by ``ray job submit``) is honoured as usual.
     """
 
     name: str | None = None
@@ -237,6 +293,10 @@ class RunConfig:
     failure_config: FailureConfig = field(default_factory=FailureConfig)
     resources: dict[str, Any] | None = None
     log_to_file: bool = True
+    backend: str = "local"
+    ray_init: dict[str, Any] | None = None
+    storage_filesystem: Any = None
+    sync_config: SyncConfig = field(default_factory=SyncConfig)
 
     def validate(self) -> None:
         if self.name is not None:
@@ -249,6 +309,30 @@ class RunConfig:
                     f"RunConfig.name={self.name!r} is not valid: it is a directory name, "
                     "without '/'; put the parent folder in storage_path"
                 )
+        if self.backend not in BACKENDS:
+            raise ValueError(
+                f"RunConfig.backend={self.backend!r} is not valid: use one of "
+                f"{', '.join(map(repr, BACKENDS))}"
+            )
+        if self.ray_init is not None:
+            if self.backend != "ray":
+                raise ValueError(
+                    f"RunConfig.ray_init={self.ray_init!r} is only used with backend='ray' "
+                    f"(backend is {self.backend!r})"
+                )
+            if not isinstance(self.ray_init, dict) or not all(
+                isinstance(k, str) for k in self.ray_init
+            ):
+                raise TypeError(
+                    f"RunConfig.ray_init={self.ray_init!r} must be a dict of ray.init keyword "
+                    "arguments, e.g. {'address': 'auto'}"
+                )
+        if self.backend == "ray" and self.resources is not None:
+            raise ValueError(
+                f"RunConfig.resources={self.resources!r} declares this machine's resources for "
+                "the local backend; with backend='ray' they come from the Ray cluster (start "
+                "a local Ray with ray_init={'num_cpus': ...} or ray.init(...))"
+            )
         if self.verbose not in (0, 1, 2, 3):
             raise ValueError(f"RunConfig.verbose={self.verbose!r} is not valid: use 0, 1, 2 or 3")
         if not isinstance(self.checkpoint_config, CheckpointConfig):
@@ -257,6 +341,13 @@ class RunConfig:
             raise TypeError("RunConfig.failure_config must be a tune.FailureConfig")
         self.checkpoint_config.validate()
         self.failure_config.validate()
+        if not isinstance(self.sync_config, SyncConfig):
+            raise TypeError("RunConfig.sync_config must be a tune.SyncConfig")
+        self.sync_config.validate()
+        if self.storage_path is not None or self.storage_filesystem is not None:
+            from tunefleet._storage import parse_storage
+
+            parse_storage(self.storage_path, self.storage_filesystem)  # a bad URL fails here
         from tunefleet.stoppers import make_stopper
 
         make_stopper(self.stop)  # a bad stop condition fails here, before anything runs

@@ -57,6 +57,7 @@ class ExperimentSpec:
     max_concurrent: int = 1
     time_budget_s: float | None = None
     max_failures: int = 0
+    node_loss_counts: bool = False  # NODE_LOST uses up one of max_failures
     fail_fast: bool | str = False
     trial_timeout_s: float | None = None
     heartbeat_timeout_s: float | None = None
@@ -71,6 +72,8 @@ class ExperimentSpec:
     trial_name_creator: Callable[[Trial], str] | None = None
     trial_dirname_creator: Callable[[Trial], str] | None = None
     id_prefix: str = "t"
+    storage_url: str | None = None  # the experiment in remote storage: checkpoints go there
+    storage_filesystem: Any = None  # the fsspec filesystem reaching it (for the trial side)
 
 
 class Controller:
@@ -132,6 +135,7 @@ class Controller:
         self._restore_from: dict[str, str] = {}  # exploited trials: resume from this copy
         self._resizes: dict[str, dict[str, float]] = {}  # decided, applied when paused
         self._held_back: Trial | None = None  # chosen, waits until its resources are free
+        self._free_retries: dict[str, int] = {}  # NODE_LOST attempts not counted as failures
         scheduler.set_cluster(Cluster(backend.capacity(), self.running, spec.resources))
         if trials:  # resumed: retention knows what each trial kept
             for trial_id, path, result in store.kept_checkpoints():
@@ -303,6 +307,11 @@ class Controller:
         resumed = trial.epoch > 0  # ran before: a retry, a resume, or after a pause
         if resumed:
             self._restart_point(trial)
+            if self.spec.storage_url is not None:
+                # Deletes of its checkpoints wait for the remote database; the names may be
+                # written again now, so they run before it starts (and half-written uploads go).
+                self._flush()
+                remove_temporaries(self._checkpoint_home(trial))
         self.waiting.discard(trial.trial_id)
         self.stopping.discard(trial.trial_id)
         trial.epoch += 1
@@ -328,6 +337,8 @@ class Controller:
             checkpoint_at_end=self.spec.checkpoint_at_end,
             timeout_s=self.spec.trial_timeout_s,
             heartbeat_s=self.spec.heartbeat_timeout_s,
+            storage_dir=self._checkpoint_home(trial) if self.spec.storage_url else None,
+            storage_filesystem=self.spec.storage_filesystem,
         )
         self.backend.start_trial(launch)
         self.store.add_event(
@@ -338,6 +349,13 @@ class Controller:
         for cb in self.callbacks:
             hook = cb.on_trial_restore if resumed else cb.on_trial_start
             hook(self.iteration, self.trial_list, trial)
+
+    def _checkpoint_home(self, trial: Trial) -> str:
+        """Where the trial's checkpoints go: its folder, or its folder in remote storage."""
+        if self.spec.storage_url is None:
+            return trial.path
+        rel = os.path.relpath(trial.path, self.spec.path).replace(os.sep, "/")
+        return f"{self.spec.storage_url}/{rel}"
 
     def _restart_point(self, trial: Trial) -> None:
         """Before a trial runs again: its newest valid checkpoint, results rewound to it."""
@@ -498,7 +516,7 @@ class Controller:
         source = self.trials[exploit.source_trial_id]
         assert source.latest_checkpoint is not None
         copied = persist_checkpoint(
-            source.latest_checkpoint, trial.path, source.checkpoint_iteration
+            source.latest_checkpoint, self._checkpoint_home(trial), source.checkpoint_iteration
         )
         result = dict(source.last_result or {})
         self.store.add_event(
@@ -650,7 +668,10 @@ class Controller:
         failure.checkpoint = failure.checkpoint or trial.latest_checkpoint
         self.store.add_event(trial.trial_id, "failed", failure.to_json())
         limit = self.spec.max_failures
+        if failure.kind == FailureKind.NODE_LOST and not self.spec.node_loss_counts:
+            self._free_retries[trial.trial_id] = self._free_retries.get(trial.trial_id, 0) + 1
         used = trial.attempt - self.spec.retry_base.get(trial.trial_id, 0)
+        used -= self._free_retries.get(trial.trial_id, 0)
         if self.stop_reason is None and (limit == -1 or used < limit):
             trial.attempt += 1
             trial.error = failure

@@ -74,3 +74,72 @@ def normalize_resources(spec: Any, where: str = "resources") -> dict[str, float]
             )
         out[name] = amount
     return out
+
+
+STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
+
+
+class PlacementGroupFactory:
+    """A trial that needs a group of bundles, e.g. one per data-parallel worker (Ray's name).
+
+    On the Ray backend the trial's actor takes the first bundle and the tasks and
+    actors it starts fill the others (they are placed in the trial's placement
+    group); ``strategy`` says how Ray spreads the bundles over nodes. On the local
+    backend the trial is one process that gets the sum of the bundles.
+
+    Example:
+        >>> tune.with_resources(train, tune.PlacementGroupFactory(
+        ...     [{"cpu": 1}, {"cpu": 2, "gpu": 1}, {"cpu": 2, "gpu": 1}], strategy="PACK"))
+        ... # doctest: +SKIP
+    """
+
+    def __init__(self, bundles: list[dict[str, Any]], strategy: str = "PACK") -> None:
+        if not isinstance(bundles, (list, tuple)) or not bundles:
+            raise ValueError(
+                f"PlacementGroupFactory(bundles={bundles!r}): give a non-empty list of "
+                "resource dicts, e.g. [{'cpu': 1}, {'cpu': 1, 'gpu': 1}]"
+            )
+        if strategy not in STRATEGIES:
+            raise ValueError(
+                f"PlacementGroupFactory(strategy={strategy!r}) is not valid: use one of "
+                f"{', '.join(STRATEGIES)}"
+            )
+        self.bundles = [
+            _bundle(b, f"PlacementGroupFactory(bundles)[{i}]") for i, b in enumerate(bundles)
+        ]
+        self.strategy = strategy
+
+    def required_resources(self) -> dict[str, float]:
+        """The sum of the bundles: what the trial holds in all."""
+        total: dict[str, float] = {"cpu": 0.0, "gpu": 0.0}
+        for bundle in self.bundles:
+            for key, value in bundle.items():
+                total[key] = total.get(key, 0.0) + value
+        return total
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, PlacementGroupFactory)
+            and self.bundles == other.bundles
+            and self.strategy == other.strategy
+        )
+
+    def __hash__(self) -> int:
+        return hash((repr(self.bundles), self.strategy))
+
+    def __repr__(self) -> str:
+        return f"PlacementGroupFactory({self.bundles!r}, strategy={self.strategy!r})"
+
+
+def _bundle(spec: Any, where: str) -> dict[str, float]:
+    """One bundle: like a resource request, but nothing is implied (no default cpu=1)."""
+    if not isinstance(spec, dict):
+        raise TypeError(f"{where} must be a dict such as {{'cpu': 1}}, not {spec!r}")
+    given = {k.lower() if isinstance(k, str) else k for k in spec}
+    out = normalize_resources(spec, where)
+    if not given & {"cpu", "cpus", "num_cpus"}:
+        out["cpu"] = 0.0
+    bundle = {k: v for k, v in out.items() if v > 0}
+    if not bundle:
+        raise ValueError(f"{where}={spec!r} asks for nothing: a bundle needs some resource")
+    return bundle

@@ -85,10 +85,18 @@ class TrialSession:
         time_total: float,
         sync: bool,
         stop_criteria: dict[str, float],
+        storage_dir: str | None = None,
+        storage_filesystem: Any = None,
     ) -> None:
         self.context = context
         self._send = send
         self._poll_control = poll_control
+        # Checkpoints go to the trial's folder in remote storage if there is one.
+        self.checkpoint_home = storage_dir or context.trial_dir
+        if storage_dir and storage_filesystem is not None:
+            from tunefleet._storage import register_filesystem
+
+            register_filesystem(storage_dir, storage_filesystem)
         self.checkpoint = Checkpoint(checkpoint) if checkpoint else None
         self.iteration = iteration
         self._iterations_since_restore = 0
@@ -110,8 +118,7 @@ class TrialSession:
         now = time.perf_counter()
         ckpt_path = None
         if checkpoint is not None:  # first: if it fails (CheckpointWriteError), nothing counts
-            trial_dir, iteration = self.context.trial_dir, self.iteration + 1
-            ckpt_path = persist_checkpoint(checkpoint.path, trial_dir, iteration)
+            ckpt_path = self.persist(checkpoint, self.iteration + 1)
         self.iteration += 1
         self._iterations_since_restore += 1
         result = _python_scalars(metrics)
@@ -142,6 +149,17 @@ class TrialSession:
             raise StopTrial(pause=decision == "PAUSE")
         if self._meets_stop_criteria(result):
             raise StopTrial()
+
+    def persist(self, checkpoint: Checkpoint | str, iteration: int) -> str:
+        """Copy a checkpoint into the trial's storage as `iteration`'s; return where it is."""
+        if isinstance(checkpoint, Checkpoint):
+            return persist_checkpoint(
+                checkpoint.path,
+                self.checkpoint_home,
+                iteration,
+                source_filesystem=checkpoint.filesystem,
+            )
+        return persist_checkpoint(checkpoint, self.checkpoint_home, iteration)
 
     def _meets_stop_criteria(self, result: dict[str, Any]) -> bool:
         # The driver decides too; checking here makes `stop={"training_iteration": 10}` exact.
@@ -230,7 +248,9 @@ def report(
 
     Args:
         metrics: a dict of metric names to values, e.g. ``{"loss": 0.3}``.
-        checkpoint: a `Checkpoint` whose directory is copied into the trial's storage.
+        checkpoint: a `Checkpoint` whose directory is copied into the trial's storage
+            (uploaded, with `storage_path` a URL such as s3://; report() returns
+            once the upload is complete).
         **kwargs: metrics as keywords, the older form ``tune.report(loss=0.3)``.
 
     Raises:

@@ -7,7 +7,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from tunefleet.resources import normalize_resources
+from tunefleet.resources import PlacementGroupFactory, normalize_resources
 
 
 class Trainable:
@@ -56,11 +56,17 @@ TrainableLike = Callable[..., Any] | type[Trainable]
 
 
 class _WithResources:
-    """A trainable and the resources each of its trials needs."""
+    """A trainable and the resources each of its trials needs (and its bundles, if any)."""
 
-    def __init__(self, trainable: TrainableLike, resources: dict[str, float]) -> None:
+    def __init__(
+        self,
+        trainable: TrainableLike,
+        resources: dict[str, float],
+        placement: PlacementGroupFactory | None = None,
+    ) -> None:
         self.trainable = trainable
         self.resources = resources
+        self.placement = placement
         functools.update_wrapper(self, trainable, updated=())
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -79,12 +85,18 @@ class _WithParameters:
         return self.trainable(config, **self.params)
 
 
-def with_resources(trainable: TrainableLike, resources: dict[str, Any]) -> Any:
-    """Declare what each trial of `trainable` needs: cpu, gpu (fractions share one), memory.
+def with_resources(
+    trainable: TrainableLike, resources: dict[str, Any] | PlacementGroupFactory
+) -> Any:
+    """Declare what each trial of `trainable` needs: cpu, gpu (fractions share one), memory,
+    custom resources; or a `tune.PlacementGroupFactory` of bundles (multi-worker trials).
 
     Example:
         >>> tune.with_resources(train, {"cpu": 2, "gpu": 0.5, "memory": "4GB"})  # doctest: +SKIP
     """
+    if isinstance(resources, PlacementGroupFactory):
+        _check_trainable(trainable, "tune.with_resources")
+        return _WithResources(trainable, resources.required_resources(), resources)
     if callable(resources) and not isinstance(resources, dict):
         raise TypeError(
             "tune.with_resources: resources as a function of the config are not supported; "
@@ -125,6 +137,15 @@ def unwrap(trainable: Any) -> tuple[Any, dict[str, float] | None, dict[str, Any]
             params = {**trainable.params, **params}
         trainable = trainable.trainable
     return trainable, resources, params
+
+
+def placement_of(trainable: Any) -> PlacementGroupFactory | None:
+    """The `PlacementGroupFactory` given to `with_resources`, if any."""
+    while isinstance(trainable, (_WithResources, _WithParameters)):
+        if isinstance(trainable, _WithResources):
+            return trainable.placement
+        trainable = trainable.trainable
+    return None
 
 
 def trainable_name(trainable: Any) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import difflib
 import logging
@@ -10,7 +11,13 @@ import secrets
 from pathlib import Path
 from typing import Any
 
-from tunefleet._paths import default_experiment_name, experiment_dirname, safe_child
+from tunefleet._paths import (
+    default_experiment_name,
+    experiment_dirname,
+    is_url,
+    local_path,
+    safe_child,
+)
 from tunefleet.config import CheckpointConfig, FailureConfig, RunConfig, TuneConfig
 from tunefleet.trainable import trainable_name, unwrap, validate_trainable, with_resources
 
@@ -68,14 +75,16 @@ class Tuner:
 
         validate_space(self.param_space)
         self._resume: Any = None  # set by Tuner.restore
+        self._resume_url: str | None = None  # Tuner.restore of an experiment in remote storage
 
     def fit(self) -> Any:
         """Run the experiment to its end (or continue a restored one); return a `ResultGrid`."""
         from tunefleet._experiment import run_experiment
 
         resume, self._resume = self._resume, None  # a second fit() starts a new experiment
+        url, self._resume_url = self._resume_url, None
         path = run_experiment(
-            self.trainable, self.param_space, self.tune_config, self.run_config, resume
+            self.trainable, self.param_space, self.tune_config, self.run_config, resume, url
         )
         from tunefleet.results import ResultGrid
 
@@ -94,6 +103,7 @@ class Tuner:
         tune_config: TuneConfig | None = None,
         run_config: RunConfig | None = None,
         force: bool = False,
+        storage_filesystem: Any = None,
     ) -> Tuner:
         """Continue an experiment that was interrupted, crashed, or whose driver was killed.
 
@@ -102,7 +112,10 @@ class Tuner:
         so no configuration is suggested twice and each result is recorded once.
 
         Args:
-            path: the experiment directory (or its name under the default storage).
+            path: the experiment directory (or its name under the default storage), or
+                its URL in remote storage (``s3://bucket/prefix/name``): its database
+                is downloaded into a local staging folder and the run continues there,
+                on this machine or another (docs/storage.md).
             trainable: the same trainable (with the same wrappers) as the first run.
             resume_unfinished: continue trials that had not finished (else they end
                 TERMINATED, "not resumed").
@@ -113,6 +126,8 @@ class Tuner:
                 function); budget settings (num_samples, max_concurrent_trials,
                 max_failures, time_budget_s) may change, the search space, metric,
                 mode and stop conditions may not unless `force=True`.
+            storage_filesystem: the fsspec filesystem reaching a remote `path` (default:
+                ``run_config.storage_filesystem``, else fsspec's for the URL).
 
         Example:
             >>> if tune.Tuner.can_restore(path):  # doctest: +SKIP
@@ -121,8 +136,19 @@ class Tuner:
         from tunefleet._resume import prepare_resume
 
         validate_trainable(trainable)
+        if storage_filesystem is None and run_config is not None and is_url(os.fspath(path)):
+            storage_filesystem = run_config.storage_filesystem
+        storage = _remote(path, storage_filesystem)
+        local = os.fspath(path)
+        if storage is not None:
+            from tunefleet._storage import register_filesystem
+            from tunefleet._storage_sync import fetch_experiment
+            from tunefleet.store import default_storage_path
+
+            register_filesystem(storage.url, storage.fs)
+            local = fetch_experiment(storage, default_storage_path())
         restored = prepare_resume(
-            os.fspath(path),
+            local,
             param_space=param_space,
             tune_config=tune_config,
             run_config=run_config,
@@ -131,21 +157,68 @@ class Tuner:
             restart_errored=restart_errored,
             force=force,
         )
+        run = restored.run_config
+        if storage is not None:
+            _relocate(restored.state.trials, local)
+            run = dataclasses.replace(
+                run, storage_path=_parent_url(storage.url), storage_filesystem=storage.fs
+            )
         tuner = cls(
             trainable,
             param_space=restored.param_space,
             tune_config=restored.tune_config,
-            run_config=restored.run_config,
+            run_config=run,
         )
         tuner._resume = restored.state
+        tuner._resume_url = storage.url if storage is not None else None
         return tuner
 
     @staticmethod
-    def can_restore(path: str | os.PathLike[str]) -> bool:
-        """True if `path` holds a tunefleet experiment that `Tuner.restore` can open."""
-        from tunefleet._resume import can_restore
+    def can_restore(path: str | os.PathLike[str], storage_filesystem: Any = None) -> bool:
+        """True if `path` (a directory or a URL) holds an experiment `Tuner.restore` can open."""
+        from tunefleet._resume import can_restore, was_started
 
-        return can_restore(os.fspath(path))
+        storage = _remote(path, storage_filesystem)
+        if storage is None:
+            return can_restore(os.fspath(path))
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="tunefleet_probe_") as tmp:
+            try:
+                storage.fs.get_file(f"{storage.path}/experiment.db", f"{tmp}/experiment.db")
+            except FileNotFoundError:
+                return False
+            return was_started(Path(tmp))
+
+
+def _remote(path: str | os.PathLike[str], filesystem: Any) -> Any:
+    """The remote storage `path` names (a URL, or a path in `filesystem`), or None."""
+    from tunefleet._storage import parse_storage
+
+    if not is_url(os.fspath(path)) and filesystem is None:
+        return None
+    return parse_storage(
+        path,
+        filesystem,
+        where="Tuner.restore: path",
+        fs_where="Tuner.restore: storage_filesystem",
+    )
+
+
+def _parent_url(url: str) -> str:
+    """The folder holding `url` (the URL itself for a bucket)."""
+    scheme, _, rest = url.partition("://")
+    head, sep, _ = rest.rstrip("/").rpartition("/")
+    return f"{scheme}://{head}" if sep and head else url
+
+
+def _relocate(trials: list[Any], local: str) -> None:
+    """Trial folders as recorded on the machine that ran them, moved into `local`."""
+    marker = os.sep + "trials" + os.sep
+    for trial in trials:
+        cut = trial.path.rfind(marker)
+        if cut >= 0:
+            trial.path = local + trial.path[cut:]
 
 
 _RUN_ARGS = (
@@ -159,6 +232,7 @@ _RUN_ARGS = (
     "scheduler",
     "local_dir",
     "storage_path",
+    "storage_filesystem",
     "name",
     "max_concurrent_trials",
     "fail_fast",
@@ -191,6 +265,7 @@ def run(
     scheduler: Any = None,
     local_dir: str | None = None,
     storage_path: str | None = None,
+    storage_filesystem: Any = None,
     name: str | None = None,
     max_concurrent_trials: int | None = None,
     fail_fast: bool | str = False,
@@ -254,6 +329,7 @@ def run(
         run_config=RunConfig(
             name=name,
             storage_path=storage_path or local_dir,
+            storage_filesystem=storage_filesystem,
             stop=stop,
             callbacks=callbacks,
             verbose=verbose,
@@ -290,9 +366,13 @@ def _resumed(tuner: Tuner, resume: bool | str, storage: str | None, name: str | 
         raise ValueError(f"tune.run(resume={resume!r}) needs name= (the experiment to continue)")
     from tunefleet.store import default_storage_path
 
-    path = Path(os.path.expanduser(storage or default_storage_path())) / name
+    path: str | Path
+    if is_url(storage) or tuner.run_config.storage_filesystem is not None:
+        path = f"{str(storage).rstrip('/')}/{name}"
+    else:
+        path = Path(os.path.expanduser(storage or default_storage_path())) / name
     auto = flags.pop("auto")
-    if auto and not Tuner.can_restore(path):
+    if auto and not Tuner.can_restore(path, tuner.run_config.storage_filesystem):
         return tuner
     return Tuner.restore(
         path,
@@ -328,27 +408,41 @@ def _resume_flags(resume: bool | str | None) -> dict[str, bool] | None:
     }
 
 
-def experiment_dir(storage_path: Any, name: str | None, trainable: Any) -> tuple[str, str]:
-    """(name, path) of a new experiment; an existing one is never overwritten."""
+def experiment_dir(
+    storage_path: Any, name: str | None, trainable: Any, storage: Any = None
+) -> tuple[str, str]:
+    """(name, path) of a new experiment; an existing one is never overwritten.
+
+    With remote `storage` (`_storage.Storage`), the path is a local staging folder
+    under the default storage path, and a name is taken if it is taken there or in
+    the remote storage.
+    """
     from tunefleet.store import default_storage_path
 
-    root = Path(os.path.expanduser(os.fspath(storage_path))) if storage_path else None
+    local = storage is None and storage_path
+    root = Path(os.path.expanduser(local_path(os.fspath(storage_path)))) if local else None
     root = root or Path(default_storage_path())
     stamp = datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
     auto = default_experiment_name(trainable_name(trainable), stamp)
     chosen = experiment_dirname(name) if name else auto  # refuses unsafe names
     path = Path(safe_child(root, chosen))  # never outside the storage path
+
+    def remote_taken(candidate: str) -> bool:
+        return storage is not None and bool(
+            storage.fs.exists(f"{storage.path}/{candidate}/experiment.db")
+        )
+
     _remove_if_never_started(path)
-    if (path / "experiment.db").exists():
+    if (path / "experiment.db").exists() or remote_taken(chosen):
         new = f"{chosen}_{stamp}"
         n = 1
-        while (root / new).exists():
+        while (root / new).exists() or remote_taken(new):
             n += 1
             new = f"{chosen}_{stamp}_{n}"
         logger.warning(
             "An experiment named %r already exists at %s; this run is stored as %r",
             chosen,
-            path,
+            storage.join(chosen) if storage is not None else path,
             new,
         )
         chosen, path = new, root / new

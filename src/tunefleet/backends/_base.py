@@ -34,6 +34,10 @@ class TrialLaunch:
     checkpoint_at_end: bool = False
     timeout_s: float | None = None  # kill the attempt after this long: TIMEOUT
     heartbeat_s: float | None = None  # kill it after this long without a report: TIMEOUT
+    # Remote storage (an fsspec URL): the trial's folder there, where its checkpoints go
+    # (None: trial_dir), and the fsspec filesystem that reaches it (None: fsspec's default).
+    storage_dir: str | None = None
+    storage_filesystem: Any = None
 
 
 @dataclass(frozen=True, slots=True)

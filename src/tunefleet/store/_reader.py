@@ -230,8 +230,8 @@ class StoreReader:
     # -- moved experiments ------------------------------------------------------------------
     def _move(self, path: str) -> str:
         """`path` as recorded, or inside this directory if the experiment was moved."""
-        if not path or path.startswith(self._root + os.sep):
-            return path
+        if not path or path.startswith(self._root + os.sep) or "://" in path:
+            return path  # here, or in remote storage (a URL)
         cut = path.rfind(_TRIALS_SEGMENT)
         if cut < 0:
             return path

@@ -114,6 +114,8 @@ class _Worker:
             time_total=launch["time_total"],
             sync=launch["sync"],
             stop_criteria=launch["stop_criteria"],
+            storage_dir=launch.get("storage_dir"),
+            storage_filesystem=launch.get("storage_filesystem"),
         )
         session_mod._set_session(session)
         final_checkpoint: str | None = None
@@ -158,8 +160,9 @@ class _Worker:
             self._drop_instance()
         if self.instance is None:
             self.instance = self.inner(config, **self.params)
-        if launch["checkpoint"]:
-            _load_class_checkpoint(self.instance, launch["checkpoint"])
+        if session.checkpoint is not None:
+            with session.checkpoint.as_directory() as directory:  # a remote one is downloaded
+                _load_class_checkpoint(self.instance, directory)
         freq = launch["checkpoint_freq"]
         while True:
             result = self.instance.step()
@@ -188,14 +191,13 @@ class _Worker:
                 return None
 
     def _save_class_checkpoint(self, session: TrialSession, launch: dict[str, Any]) -> str | None:
-        from tunefleet.checkpoint import persist_checkpoint
 
         if self.instance is None:
             return None
         tmp = tempfile.mkdtemp(prefix=".ckpt_", dir=launch["trial_dir"])
         try:
             _save_class_state(self.instance, tmp)
-            return persist_checkpoint(tmp, launch["trial_dir"], session.iteration)
+            return session.persist(tmp, session.iteration)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
