@@ -37,6 +37,7 @@ check: $(STAMP)
 
 bench: $(BENCH_STAMP)
 	$(BIN)/python benchmarks/overhead.py
+	$(BIN)/python benchmarks/ray_backend.py
 	$(BIN)/python benchmarks/store_scaling.py
 	$(BIN)/python benchmarks/chaos_resume.py
 
@@ -44,17 +45,18 @@ bench-scale: $(BENCH_STAMP)
 	$(BIN)/python benchmarks/scale.py
 
 # Search efficiency: simulated (~15 min), the PBT toy (~3 min), real problems and
-# peers (~25 min; the peers need `make bench-peers`).
+# peers (~25 min; the peers need `make bench-peers`), the searchers on real problems (~63 min).
 bench-efficiency: $(BENCH_STAMP)
 	$(BIN)/python benchmarks/scheduler_latency.py
 	$(BIN)/python benchmarks/search_efficiency.py --seeds 10 --plots benchmarks/plots
 	$(BIN)/python benchmarks/pbt_toy.py --seeds 10 --plot benchmarks/plots/pbt_schedule.png
 	$(BIN)/python benchmarks/real_efficiency.py
+	$(BIN)/python benchmarks/real_efficiency.py --searchers --seeds 10 --lstm-seeds 10 --budget 30
 
 bench-peers:
 	$(PY) -m venv .venv-peers
 	.venv-peers/bin/pip install --quiet --upgrade pip
-	.venv-peers/bin/pip install --quiet 'ray[tune]' optuna
+	.venv-peers/bin/pip install --quiet 'ray[tune]' optuna psutil cloudpickle
 
 clean:
 	rm -rf $(VENV) .venv-peers build dist src/*.egg-info .mypy_cache .ruff_cache .pytest_cache

@@ -59,7 +59,10 @@ def trivial_trainable(config: dict[str, Any]) -> None:
     from ray import tune
 
     x = config["x"]
+    pause = config.get("sleep", 0.0) / config["reports"]  # the trial's length, spread out
     for i in range(config["reports"]):
+        if pause:
+            time.sleep(pause)
         tune.report({"score": x * i})
 
 
@@ -104,7 +107,10 @@ def run(args: argparse.Namespace, workdir: Path, ray_tmp: str) -> dict[str, Any]
     with MemorySampler() as mem:
         t_setup = time.time()
         concurrency = args.concurrency if args.case == "overhead" else 1
-        ray.init(num_cpus=concurrency, include_dashboard=False, _temp_dir=ray_tmp)
+        if args.address:  # a running Ray (benchmarks/ray_backend.py): the same one as ours
+            ray.init(address=args.address)
+        else:
+            ray.init(num_cpus=concurrency, include_dashboard=False, _temp_dir=ray_tmp)
         record["ray_init_s"] = time.time() - t_setup
         if args.case == "overhead":
             tuner = tune.Tuner(
@@ -112,6 +118,7 @@ def run(args: argparse.Namespace, workdir: Path, ray_tmp: str) -> dict[str, Any]
                 param_space={
                     "x": tune.uniform(0.0, 1.0),
                     "reports": args.reports,
+                    "sleep": args.sleep,
                     "marker_dir": str(marker_dir),
                 },
                 tune_config=tune.TuneConfig(
@@ -169,6 +176,8 @@ def run(args: argparse.Namespace, workdir: Path, ray_tmp: str) -> dict[str, Any]
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_case_args(parser)
+    parser.add_argument("--address", help="join this running Ray instead of starting one")
+    parser.add_argument("--sleep", type=float, default=0.0, help="seconds of work per trial")
     args = parser.parse_args()
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="ray-bench-"))
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no network call, no prompt
