@@ -50,6 +50,24 @@ def counting(config: dict[str, Any]) -> None:
             Path(config["marks"], trial_id).write_text(node)
 
 
+def climbing(config: dict[str, Any]) -> None:
+    """Score grows by `lr` per step, from its checkpoint; reports where it ran."""
+    step, score = 0, 0.0
+    checkpoint = tune.get_checkpoint()
+    if checkpoint is not None:
+        with checkpoint.as_directory() as d:
+            state = json.loads(Path(d, "state.json").read_text())
+            step, score = state["step"], state["score"]
+    node = ray.get_runtime_context().get_node_id()
+    while step < config["steps"]:
+        time.sleep(0.1)
+        step, score = step + 1, score + config["lr"]
+        with tempfile.TemporaryDirectory() as d:
+            Path(d, "state.json").write_text(json.dumps({"step": step, "score": score}))
+            metrics = {"score": score, "node": node}
+            tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(d))
+
+
 def crashes(config: dict[str, Any]) -> None:
     tune.report({"score": 1.0})
     if config["x"] == 1:

@@ -21,6 +21,7 @@ ray = pytest.importorskip("ray")
 from ray.cluster_utils import Cluster  # noqa: E402
 
 from ray_trainables import (  # noqa: E402
+    climbing,
     counting,
     events,
     hungry,
@@ -127,6 +128,29 @@ def test_trials_spread_over_nodes(cluster: Cluster, storage: str) -> None:
     grid = run(where, {"x": tune.grid_search([1, 2]), "sleep": 1.0}, storage)
     nodes = {r.metrics["node"] for r in grid}
     assert nodes == {n.node_id for n in cluster.worker_nodes}
+
+
+def test_pbt_exploits_and_resumes_across_nodes(cluster: Cluster, storage: str) -> None:
+    """PBT on two nodes: paused trials resume, and exploits copy checkpoints between
+    trials that ran on different nodes (a shared storage path)."""
+    from tunefleet.schedulers import PopulationBasedTraining
+
+    pbt = PopulationBasedTraining(
+        time_attr="training_iteration",
+        perturbation_interval=3,
+        hyperparam_mutations={"lr": [0.1, 1.0, 10.0]},
+        seed=0,
+    )
+    grid = tune.Tuner(
+        climbing,
+        param_space={"lr": tune.grid_search([0.1, 10.0]), "steps": 12},
+        tune_config=tune.TuneConfig(metric="score", mode="max", scheduler=pbt),
+        run_config=tune.RunConfig(storage_path=storage, backend="ray", verbose=0),
+    ).fit()
+    assert all(r.error is None and r.metrics["training_iteration"] == 12 for r in grid)
+    assert events(storage, "exploit"), "the weak trial took the strong one's checkpoint"
+    weak = min(grid, key=lambda r: r.metrics["score"])
+    assert weak.metrics["score"] > 0.1 * 12, "it continued from the strong trial's score"
 
 
 def test_node_loss_resumes_elsewhere_from_the_checkpoint(
