@@ -68,6 +68,18 @@ def climbing(config: dict[str, Any]) -> None:
             tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(d))
 
 
+def sees_gpus(config: dict[str, Any]) -> None:
+    """Waits 1 s, then reports the GPU ids it was given and CUDA_VISIBLE_DEVICES."""
+    start = time.time()
+    time.sleep(1.0)
+    gpu_ids = tune.get_context().get_trial_resources().get("gpu_ids", [])
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+    tune.report({"gpu_ids": ",".join(gpu_ids), "visible": visible, "start": start})
+    tune.report(
+        {"gpu_ids": ",".join(gpu_ids), "visible": visible, "start": start, "end": time.time()}
+    )
+
+
 def crashes(config: dict[str, Any]) -> None:
     tune.report({"score": 1.0})
     if config["x"] == 1:

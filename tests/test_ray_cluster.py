@@ -27,6 +27,7 @@ from ray_trainables import (  # noqa: E402
     hungry,
     resources_returned,
     run,
+    sees_gpus,
     shutdown_and_check,
     status,
     where,
@@ -231,5 +232,25 @@ def test_rays_memory_monitor_kill_is_oom_for_that_trial_only(
         assert failure is not None and failure.kind == FailureKind.OOM, failure
         assert "memory monitor" in str(failure)
         assert by_x[0].error is None and by_x[0].metrics["training_iteration"] == 3
+    finally:
+        shutdown_and_check(before)
+
+
+def test_fractional_gpus_share_a_device_and_whole_ones_do_not(storage: str, tmp_path: Path) -> None:
+    """Ray hands out GPU ids (it needs no real GPU for that): two 0.5-GPU trials share
+    one device at once, and each trial sees only its device in CUDA_VISIBLE_DEVICES."""
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    ray.init(num_cpus=2, num_gpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        half = tune.with_resources(sees_gpus, {"cpu": 0.5, "gpu": 0.5})
+        grid = run(half, {"x": tune.grid_search([1, 2])}, storage)
+        assert all(r.error is None for r in grid)
+        assert {r.metrics["gpu_ids"] for r in grid} == {r.metrics["visible"] for r in grid}
+        assert len({r.metrics["gpu_ids"] for r in grid}) == 1, "both on one device"
+        first, second = sorted(grid, key=lambda r: r.metrics["start"])
+        assert second.metrics["start"] < first.metrics["end"], "at the same time"
+        whole = tune.with_resources(sees_gpus, {"cpu": 0.5, "gpu": 1})
+        grid = run(whole, {"x": tune.grid_search([1, 2])}, str(tmp_path / "whole"))
+        assert sorted(r.metrics["visible"] for r in grid) == ["0", "1"]
     finally:
         shutdown_and_check(before)
