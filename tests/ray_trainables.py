@@ -166,12 +166,17 @@ def shutdown_and_check(before: set[int]) -> None:
 
 def run(trainable: Any, space: dict[str, Any], storage: str, **kwargs: Any) -> Any:
     failure = kwargs.pop("failure_config", tune.FailureConfig())
+    filesystem = kwargs.pop("storage_filesystem", None)
     return tune.Tuner(
         trainable,
         param_space=space,
         tune_config=tune.TuneConfig(**kwargs),
         run_config=tune.RunConfig(
-            storage_path=storage, backend="ray", verbose=0, failure_config=failure
+            storage_path=storage,
+            storage_filesystem=filesystem,
+            backend="ray",
+            verbose=0,
+            failure_config=failure,
         ),
     ).fit()
 

@@ -167,6 +167,44 @@ def test_node_loss_resumes_elsewhere_from_the_checkpoint(
     assert result.metrics["node"] != lost
 
 
+def test_node_loss_with_checkpoints_in_s3_resumes_from_the_bucket(
+    cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Trials on two nodes write checkpoints straight to an S3 server (moto, loopback);
+    the trial of a removed node resumes on the other from the bucket's checkpoint."""
+    pytest.importorskip("s3fs")
+    boto3 = pytest.importorskip("boto3")
+    from moto.server import ThreadedMotoServer
+    from s3fs import S3FileSystem
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        endpoint, key = f"http://{host}:{port}", {"key": "testing", "secret": "testing"}
+        boto3.client(
+            "s3",
+            endpoint_url=endpoint,
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+            region_name="us-east-1",
+        ).create_bucket(Bucket="tf-ray")
+        fs = S3FileSystem(endpoint_url=endpoint, client_kwargs={"region_name": "us-east-1"}, **key)
+        staging = tmp_path / "staging"
+        monkeypatch.setenv("TUNEFLEET_STORAGE", str(staging))
+        space = {"iterations": 10, "checkpoint": True, "mark_at": 3}
+        grid, lost = _lose_node_mid_trial(
+            cluster, "s3://tf-ray/root", tmp_path, space, storage_filesystem=fs
+        )
+        (result,) = grid
+        assert result.error is None and result.metrics["i"] == 10
+        assert result.metrics["started_from"] >= 3 and result.metrics["node"] != lost
+        assert [e["kind"] for e in events(str(staging), "failed")] == ["NODE_LOST"]
+        assert any("/checkpoint_" in k for k in fs.find("tf-ray/root")), "in the bucket"
+    finally:
+        server.stop()
+
+
 def test_node_loss_without_a_checkpoint_restarts(
     cluster: Cluster, storage: str, tmp_path: Path
 ) -> None:
