@@ -292,3 +292,18 @@ def test_fractional_gpus_share_a_device_and_whole_ones_do_not(storage: str, tmp_
         assert sorted(r.metrics["visible"] for r in grid) == ["0", "1"]
     finally:
         shutdown_and_check(before)
+
+
+def test_custom_resources_and_memory_are_ray_resources(storage: str) -> None:
+    """One "accel" on the node: trials needing it run one after the other, while their
+    CPUs and memory would let two run at once."""
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    ray.init(num_cpus=2, resources={"accel": 1}, include_dashboard=False, log_to_driver=False)
+    try:
+        needs = tune.with_resources(sees_gpus, {"cpu": 0.5, "accel": 1, "memory": "50MB"})
+        grid = run(needs, {"x": tune.grid_search([1, 2])}, storage)
+        assert all(r.error is None for r in grid)
+        first, second = sorted(grid, key=lambda r: r.metrics["start"])
+        assert second.metrics["start"] >= first.metrics["end"] - 0.05, "never at once"
+    finally:
+        shutdown_and_check(before)
