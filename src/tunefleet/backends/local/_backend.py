@@ -20,7 +20,14 @@ from dataclasses import dataclass, field, fields
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
-from tunefleet.backends._base import Backend, Event, Failed, Finished, Results, TrialLaunch
+from tunefleet.backends._attempt import (
+    limit_deadline,
+    stderr_tail,
+    timeout_record,
+    trial_event,
+    trial_stderr_tail,
+)
+from tunefleet.backends._base import Backend, Event, Failed, Finished, TrialLaunch
 from tunefleet.backends.local._memory import MemoryGuard
 from tunefleet.backends.local._resources import (
     ResourcePool,
@@ -31,7 +38,6 @@ from tunefleet.backends.local._resources import (
 from tunefleet.backends.local._trainable_file import KEY_ENV, new_key, write_trainable_file
 from tunefleet.trial import FailureKind, FailureRecord
 
-_STDERR_TAIL_BYTES = 4000
 _PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
 
 
@@ -206,30 +212,26 @@ class LocalBackend(Backend):
 
     def _handle(self, worker: _Worker, msg: tuple[Any, ...], events: list[Event]) -> None:
         kind = msg[0]
-        if kind in ("results", "finished", "failed"):
-            launch = worker.launch
-            if launch is None or worker.timed_out or (launch.trial_id, launch.epoch) != msg[1:3]:
-                return  # an attempt already reported as ended (timed out): never delivered
-        if kind == "results":
-            events.append(Results(msg[1], msg[2], msg[3]))
-            worker.last_report = time.monotonic()
-            if msg[3]:
-                worker.last_iteration = msg[3][-1][0].get("training_iteration")
-        elif kind == "finished":
-            events.append(Finished(msg[1], msg[2], msg[3], msg[4]))
-            self._release(worker)
-        elif kind == "failed":
-            failure = self._memory.explain(worker.pid, FailureRecord.from_json(msg[3]))
-            events.append(Failed(msg[1], msg[2], failure))
-            self._release(worker)
-            if failure.kind in (FailureKind.OOM, FailureKind.GPU_OOM) and not worker.retiring:
-                self._retire(worker)  # the next trial gets the memory (host or GPU) back
-        elif kind == "ready":
+        if kind == "ready":
             worker.ready = True
             if worker.launch is not None:
                 _start_clocks(worker)  # interpreter start-up is not the trial's time
-        elif kind == "setup_failed":
+            return
+        if kind == "setup_failed":
             self.fatal = FailureRecord.from_json(msg[1])
+            return
+        event = trial_event(worker, msg)  # None: an attempt already reported as ended
+        if event is None:
+            return
+        if isinstance(event, Failed):
+            failure = self._memory.explain(worker.pid, event.failure)
+            event = Failed(event.trial_id, event.epoch, failure)
+        events.append(event)
+        if isinstance(event, (Finished, Failed)):
+            self._release(worker)
+        memory = (FailureKind.OOM, FailureKind.GPU_OOM)
+        if isinstance(event, Failed) and event.failure.kind in memory and not worker.retiring:
+            self._retire(worker)  # the next trial gets the memory (host or GPU) back
 
     def _release(self, worker: _Worker) -> None:
         launch = worker.launch
@@ -260,7 +262,7 @@ class LocalBackend(Backend):
         worker.conn.close()
         if not worker.ready and self.fatal is None and not (worker.stopping or worker.retiring):
             self._log.flush()
-            tail = _stderr_tail(self._log.name)
+            tail = stderr_tail(self._log.name)
             self.fatal = FailureRecord(
                 kind=FailureKind.CRASH,
                 message=f"a worker process exited with code {returncode} before it was ready",
@@ -302,14 +304,8 @@ class LocalBackend(Backend):
     def _time_out(self, worker: _Worker, limit: str, now: float, events: list[Event]) -> None:
         """Report the attempt as TIMEOUT now, once; kill its tree; release at its death."""
         launch = worker.launch
-        assert launch is not None and worker.clock_start is not None
-        if limit == "trial_timeout_s":
-            what = f"ran {now - worker.clock_start:.1f} s (trial_timeout_s={launch.timeout_s:g})"
-        else:
-            since = worker.last_report or worker.clock_start
-            start = " since it started" if since == worker.clock_start else ""
-            what = f"no report for {now - since:.1f} s{start}"
-            what += f" (heartbeat_timeout_s={launch.heartbeat_s:g})"
+        assert launch is not None
+        failure = timeout_record(worker, limit, now)
         worker.timed_out = True
         worker.retiring = True  # never given another trial: replaced
         if self._by_trial.get(launch.trial_id) is worker:
@@ -317,14 +313,6 @@ class LocalBackend(Backend):
         worker.stop_deadline = None
         worker.kill_deadline = now + self._kill_grace
         _signal_tree(worker, signal.SIGTERM)
-        failure = FailureRecord(
-            kind=FailureKind.TIMEOUT,
-            message=f"the trial was killed: it {what}",
-            stderr_tail=_stderr_tail(os.path.join(launch.trial_dir, "stderr.log")),
-            attempt=launch.attempt,
-            iteration=worker.last_iteration,
-            checkpoint=launch.checkpoint,
-        )
         events.append(Failed(launch.trial_id, launch.epoch, failure))
 
     # -- memory (_memory.py) ---------------------------------------------------------------
@@ -348,7 +336,7 @@ class LocalBackend(Backend):
         failure = worker.memory_failure or self._memory.death_record(worker.pid)
         if failure is None:
             return _crash_record(launch, returncode)
-        failure.stderr_tail = _stderr_tail(os.path.join(launch.trial_dir, "stderr.log"))
+        failure.stderr_tail = trial_stderr_tail(launch)
         failure.attempt, failure.checkpoint = launch.attempt, launch.checkpoint
         return failure
 
@@ -443,17 +431,9 @@ def _start_clocks(worker: _Worker) -> None:
 
 def _limit_deadline(worker: _Worker) -> tuple[float, str] | None:
     """When the running attempt times out, and which limit that is; None if never."""
-    launch = worker.launch
-    if launch is None or worker.clock_start is None or worker.stopping or worker.timed_out:
-        return None
     if worker.memory_failure is not None:  # killed by a memory watcher: that is its failure
         return None
-    limits = []
-    if launch.timeout_s is not None:
-        limits.append((worker.clock_start + launch.timeout_s, "trial_timeout_s"))
-    if launch.heartbeat_s is not None and worker.last_report is not None:
-        limits.append((worker.last_report + launch.heartbeat_s, "heartbeat_timeout_s"))
-    return min(limits) if limits else None
+    return limit_deadline(worker)
 
 
 def _signal_tree(worker: _Worker, sig: signal.Signals) -> None:
@@ -506,7 +486,7 @@ def _killpg(pgid: int, sig: signal.Signals) -> None:
 
 
 def _crash_record(launch: TrialLaunch, returncode: int) -> FailureRecord:
-    tail = _stderr_tail(os.path.join(launch.trial_dir, "stderr.log"))
+    tail = trial_stderr_tail(launch)
     if returncode < 0:
         try:
             sig_name = signal.Signals(-returncode).name
@@ -530,16 +510,3 @@ def _crash_record(launch: TrialLaunch, returncode: int) -> FailureRecord:
         attempt=launch.attempt,
         checkpoint=launch.checkpoint,
     )
-
-
-def _stderr_tail(path: str) -> str | None:
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            f.seek(max(0, size - _STDERR_TAIL_BYTES))
-            data = f.read().decode("utf-8", "replace")
-    except OSError:
-        return None
-    lines = data.splitlines()[-20:]
-    return "\n".join(lines) if lines else None

@@ -14,14 +14,18 @@ A stop request that is not honoured within ``stop_grace_s`` ends in ``ray.kill``
 from __future__ import annotations
 
 import logging
-import os
 import sys
 import time
 from dataclasses import dataclass, fields
 from typing import Any
 
-from tunefleet.backends._base import Backend, Event, Failed, Finished, Results, TrialLaunch
-from tunefleet.backends.local._backend import _stderr_tail
+from tunefleet.backends._attempt import (
+    limit_deadline,
+    timeout_record,
+    trial_event,
+    trial_stderr_tail,
+)
+from tunefleet.backends._base import Backend, Event, Failed, Finished, TrialLaunch
 from tunefleet.resources import PlacementGroupFactory
 from tunefleet.trainable import placement_of
 from tunefleet.trial import FailureKind, FailureRecord
@@ -356,25 +360,14 @@ class RayBackend(Backend):
         return events
 
     def _handle(self, actor: _Actor, msg: tuple[Any, ...], events: list[Event]) -> None:
-        kind = msg[0]
-        if kind == "gone":
+        if msg[0] == "gone":
             self._forget(actor)
             return
-        launch = actor.launch
-        if launch is None or actor.timed_out or (launch.trial_id, launch.epoch) != msg[1:3]:
-            return  # an attempt already reported as ended (timed out): never delivered
-        if kind == "results":
-            events.append(Results(msg[1], msg[2], msg[3]))
-            actor.last_report = time.monotonic()
-            if msg[3]:
-                actor.last_iteration = msg[3][-1][0].get("training_iteration")
-        elif kind == "finished":
-            events.append(Finished(msg[1], msg[2], msg[3], msg[4]))
-            self._release(actor)
-        elif kind == "failed":
-            failure = FailureRecord.from_json(msg[3])
-            events.append(Failed(msg[1], msg[2], failure))
-            self._release(actor)
+        event = trial_event(actor, msg)  # None: an attempt already reported as ended
+        if event is not None:
+            events.append(event)
+            if isinstance(event, (Finished, Failed)):
+                self._release(actor)
 
     def _release(self, actor: _Actor) -> None:
         launch = actor.launch
@@ -431,7 +424,7 @@ class RayBackend(Backend):
             kind=kind,
             message=message,
             traceback=text,
-            stderr_tail=_stderr_tail(os.path.join(launch.trial_dir, "stderr.log")),
+            stderr_tail=trial_stderr_tail(launch),
             attempt=launch.attempt,
             iteration=actor.last_iteration,
             checkpoint=launch.checkpoint,
@@ -461,21 +454,10 @@ class RayBackend(Backend):
             self._forget(actor)  # nothing to report: its refs' errors are not awaited
 
     # -- deadlines: stop grace and the trial limits --------------------------------------------
-    def _limit(self, actor: _Actor) -> tuple[float, str] | None:
-        launch = actor.launch
-        if launch is None or actor.clock_start is None or actor.stopping or actor.timed_out:
-            return None
-        limits = []
-        if launch.timeout_s is not None:
-            limits.append((actor.clock_start + launch.timeout_s, "trial_timeout_s"))
-        if launch.heartbeat_s is not None and actor.last_report is not None:
-            limits.append((actor.last_report + launch.heartbeat_s, "heartbeat_timeout_s"))
-        return min(limits) if limits else None
-
     def _next_deadline(self) -> float | None:
         deadlines = []
         for actor in self._actors:
-            limit = self._limit(actor)
+            limit = limit_deadline(actor)
             deadlines += [limit[0]] if limit is not None else []
             deadlines += [actor.stop_deadline] if actor.stop_deadline is not None else []
         return min(deadlines) if deadlines else None
@@ -484,7 +466,7 @@ class RayBackend(Backend):
         now = time.monotonic()
         self._refresh_nodes()
         for actor in list(self._actors):
-            limit = self._limit(actor)
+            limit = limit_deadline(actor)
             if self._stranded(actor):
                 self._strand(actor, events)
             elif limit is not None and now >= limit[0]:
@@ -518,23 +500,11 @@ class RayBackend(Backend):
 
     def _time_out(self, actor: _Actor, limit: str, now: float, events: list[Event]) -> None:
         launch = actor.launch
-        assert launch is not None and actor.clock_start is not None
-        if limit == "trial_timeout_s":
-            what = f"ran {now - actor.clock_start:.1f} s (trial_timeout_s={launch.timeout_s:g})"
-        else:
-            since = actor.last_report or actor.clock_start
-            what = f"no report for {now - since:.1f} s (heartbeat_timeout_s={launch.heartbeat_s:g})"
+        assert launch is not None
+        failure = timeout_record(actor, limit, now)
         actor.timed_out = True
         if self._by_trial.get(launch.trial_id) is actor:
             del self._by_trial[launch.trial_id]
-        failure = FailureRecord(
-            kind=FailureKind.TIMEOUT,
-            message=f"the trial was killed: it {what}",
-            stderr_tail=_stderr_tail(os.path.join(launch.trial_dir, "stderr.log")),
-            attempt=launch.attempt,
-            iteration=actor.last_iteration,
-            checkpoint=launch.checkpoint,
-        )
         events.append(Failed(launch.trial_id, launch.epoch, failure))
         self._kill(actor)
 
