@@ -133,6 +133,8 @@ class RayBackend(Backend):
         self._waiting_since: float | None = None  # a trial that fits no node waits
         self._warned = False
         self.fatal: FailureRecord | None = None
+        # dead actors whose node may be dying too: (actor, error, until when to wait)
+        self._dying: list[tuple[_Actor, Exception, float]] = []
         self._refresh_nodes(force=True)
 
     # -- the cluster -------------------------------------------------------------------------
@@ -305,7 +307,8 @@ class RayBackend(Backend):
         actor.sent += 1
 
     def attempt_alive(self, trial_id: str) -> bool:
-        return any(a.launch is not None and a.launch.trial_id == trial_id for a in self._actors)
+        actors = [*self._actors, *(entry[0] for entry in self._dying)]
+        return any(a.launch is not None and a.launch.trial_id == trial_id for a in actors)
 
     def _actor_of(self, trial_id: str, epoch: int) -> _Actor | None:
         actor = self._by_trial.get(trial_id)
@@ -319,6 +322,8 @@ class RayBackend(Backend):
         deadline = self._next_deadline()
         if deadline is not None:
             timeout = max(0.0, min(timeout, deadline - time.monotonic()))
+        if self._dying:
+            timeout = min(timeout, _NODES_REFRESH_S)
         refs: dict[Any, tuple[_Actor, str]] = {}
         for actor in self._actors:
             if actor.events_ref is not None:
@@ -393,8 +398,31 @@ class RayBackend(Backend):
         if actor.stopping or (actor.killed and not actor.timed_out):
             events.append(Finished(launch.trial_id, launch.epoch, "stopped"))
         elif not actor.timed_out:  # a timed-out attempt was reported when it timed out
-            events.append(Failed(launch.trial_id, launch.epoch, self._death_record(actor, error)))
+            failure = self._death_record(actor, error)
+            told = "exit detail" in str(error).lower()  # its node's raylet said why: alive
+            if failure.kind == FailureKind.CRASH and actor.node_id is not None and not told:
+                # Its node may be dying: Ray marks a node dead only after missed health
+                # checks, and a crash is told apart from a lost node by waiting for that.
+                self._dying.append((actor, error, time.monotonic() + _node_death_wait_s()))
+                return
+            events.append(Failed(launch.trial_id, launch.epoch, failure))
         self._release(actor)
+
+    def _settle_dying(self, events: list[Event], *, wait_over: bool = False) -> None:
+        """Report the dead actors held back: NODE_LOST once their node is gone, or CRASH."""
+        if not self._dying:
+            return
+        self._refresh_nodes(force=True)
+        now = time.monotonic()
+        for entry in list(self._dying):
+            actor, error, until = entry
+            if actor.node_id in self._nodes and now < until and not wait_over:
+                continue
+            self._dying.remove(entry)
+            launch = actor.launch
+            assert launch is not None
+            events.append(Failed(launch.trial_id, launch.epoch, self._death_record(actor, error)))
+            self._release(actor)
 
     def _death_record(self, actor: _Actor, error: Exception) -> FailureRecord:
         """Why an actor running a trial died: its node is gone, Ray's OOM kill, or a crash."""
@@ -403,7 +431,8 @@ class RayBackend(Backend):
         self._refresh_nodes(force=True)
         text = str(error).strip()
         preempted = bool(getattr(error, "preempted", False))
-        if preempted or (actor.node_id is not None and actor.node_id not in self._nodes):
+        node_gone = actor.node_id is not None and actor.node_id not in self._nodes
+        if preempted or node_gone or "its node has died" in text:
             where = f"node {actor.node_id}" if actor.node_id else "its node"
             kind = FailureKind.NODE_LOST
             message = f"the Ray {where} running the trial was lost"
@@ -465,6 +494,7 @@ class RayBackend(Backend):
     def _enforce_deadlines(self, events: list[Event]) -> None:
         now = time.monotonic()
         self._refresh_nodes()
+        self._settle_dying(events)
         for actor in list(self._actors):
             limit = limit_deadline(actor)
             if self._stranded(actor):
@@ -529,6 +559,18 @@ class RayBackend(Backend):
         self._by_trial.clear()
         if self._started_ray:
             self._ray.shutdown()
+
+
+def _node_death_wait_s() -> float:
+    """How long Ray may take to declare a killed node dead (its health checks), + 1 s."""
+    try:
+        import importlib
+
+        config: Any = importlib.import_module("ray._raylet").Config  # Ray's RayConfig
+        checks = config.health_check_period_ms() * config.health_check_failure_threshold()
+        return float(min(60.0, (checks + config.health_check_timeout_ms()) / 1000 + 1.0))
+    except Exception:  # another Ray: its defaults
+        return 26.0
 
 
 def _ours(ray_resources: dict[str, float]) -> dict[str, float]:
