@@ -1,5 +1,6 @@
 """Callbacks: hooks into the experiment's events (loggers, progress, integrations)."""
 
 from tunefleet.callbacks._base import Callback
+from tunefleet.callbacks._files import CSVLoggerCallback, JsonLoggerCallback
 
-__all__ = ["Callback"]
+__all__ = ["CSVLoggerCallback", "Callback", "JsonLoggerCallback"]

@@ -1,0 +1,167 @@
+"""Per-trial files in Ray Tune's layout, for the tools that read them.
+
+``params.json`` (the trial's config), ``result.json`` (one JSON line per result) and
+``progress.csv`` (one row per result, nested keys joined with "/") in each trial's
+directory. Configs and results are redacted first: a `tune.Secret` or a key that looks
+like a credential is never written. The SQLite store stays the record; these are views.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import time
+from typing import IO, Any
+
+from tunefleet._redact import redact
+from tunefleet.callbacks._base import Callback
+from tunefleet.trial import Trial
+
+_FLUSH_EVERY_S = 1.0  # files are flushed at most this often while trials run
+
+
+def _json(obj: Any) -> str:
+    return json.dumps(obj, default=str, sort_keys=True)
+
+
+def flatten(result: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"a": {"b": 1}}`` -> ``{"a/b": 1}``, as Ray Tune's CSV logger writes it."""
+    out: dict[str, Any] = {}
+    for key, value in result.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(flatten(value, f"{name}/"))
+        else:
+            out[name] = value
+    return out
+
+
+class _PerTrialFiles(Callback):
+    """Opens a file per trial on its first start or result, closes it when it ends."""
+
+    filename = ""
+
+    def __init__(self) -> None:
+        self._files: dict[str, IO[str]] = {}
+        self._flushed = time.monotonic()
+
+    def _open(self, trial: Trial) -> IO[str]:
+        handle = self._files.get(trial.trial_id)
+        if handle is None:
+            os.makedirs(trial.path, exist_ok=True)
+            path = os.path.join(trial.path, self.filename)
+            handle = open(path, "a", newline="", encoding="utf-8")  # noqa: SIM115
+            self._files[trial.trial_id] = handle
+            self._opened(trial, handle)
+        return handle
+
+    def _opened(self, trial: Trial, handle: IO[str]) -> None:
+        """Called once per trial and run, after its file is opened."""
+
+    def _close(self, trial: Trial) -> None:
+        handle = self._files.pop(trial.trial_id, None)
+        if handle is not None:
+            handle.close()
+
+    def on_trial_start(
+        self, iteration: int, trials: list[Trial], trial: Trial, **info: Any
+    ) -> None:
+        self._open(trial)
+
+    def on_trial_restore(
+        self, iteration: int, trials: list[Trial], trial: Trial, **info: Any
+    ) -> None:
+        self._open(trial)
+
+    def on_step_end(self, iteration: int, trials: list[Trial], **info: Any) -> None:
+        now = time.monotonic()
+        if now - self._flushed >= _FLUSH_EVERY_S:
+            self._flushed = now
+            for handle in self._files.values():
+                handle.flush()
+
+    def on_trial_complete(
+        self, iteration: int, trials: list[Trial], trial: Trial, **info: Any
+    ) -> None:
+        self._close(trial)
+
+    def on_trial_error(
+        self, iteration: int, trials: list[Trial], trial: Trial, **info: Any
+    ) -> None:
+        self._close(trial)
+
+    def on_experiment_end(self, trials: list[Trial], **info: Any) -> None:
+        for handle in self._files.values():
+            handle.close()
+        self._files.clear()
+
+
+class JsonLoggerCallback(_PerTrialFiles):
+    """``params.json`` and ``result.json`` (a JSON line per result) per trial."""
+
+    filename = "result.json"
+
+    def _opened(self, trial: Trial, handle: IO[str]) -> None:
+        params = os.path.join(trial.path, "params.json")
+        with open(params, "w", encoding="utf-8") as f:
+            f.write(_json(redact(trial.config)))
+
+    def on_trial_result(
+        self,
+        iteration: int,
+        trials: list[Trial],
+        trial: Trial,
+        result: dict[str, Any],
+        **info: Any,
+    ) -> None:
+        self._open(trial).write(_json(redact(result)) + "\n")
+
+
+class CSVLoggerCallback(_PerTrialFiles):
+    """``progress.csv`` per trial: its columns are the first result's keys (flattened).
+
+    As in Ray Tune, keys that appear only in later results are left out of the file
+    (they are in ``result.json`` and the store).
+    """
+
+    filename = "progress.csv"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._writers: dict[str, csv.DictWriter[str]] = {}
+
+    def _opened(self, trial: Trial, handle: IO[str]) -> None:
+        self._writers.pop(trial.trial_id, None)  # made with the first result
+
+    def on_trial_result(
+        self,
+        iteration: int,
+        trials: list[Trial],
+        trial: Trial,
+        result: dict[str, Any],
+        **info: Any,
+    ) -> None:
+        handle = self._open(trial)
+        row = flatten(redact(result))
+        writer = self._writers.get(trial.trial_id)
+        if writer is None:
+            header = _existing_header(os.path.join(trial.path, self.filename)) or list(row)
+            writer = csv.DictWriter(handle, fieldnames=header, extrasaction="ignore")
+            if handle.tell() == 0:
+                writer.writeheader()
+            self._writers[trial.trial_id] = writer
+        writer.writerow(row)
+
+    def _close(self, trial: Trial) -> None:
+        self._writers.pop(trial.trial_id, None)
+        super()._close(trial)
+
+
+def _existing_header(path: str) -> list[str] | None:
+    """The columns of a progress.csv written by an earlier run of the trial (resume)."""
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            return next(csv.reader(f), None)
+    except OSError:
+        return None
