@@ -69,3 +69,51 @@ def test_a_resumed_trial_appends_under_the_same_header(storage: str, tmp_path: P
     text = (Path(result.path) / "progress.csv").read_text().splitlines()
     assert text[0].startswith("loss") and sum(line == text[0] for line in text) == 1
     assert len(text) == 1 + 4, "two attempts of two results, one header"
+
+
+def _events(folder: Path, pattern: str) -> list[Any]:
+    """Every Event in the TensorBoard files matching `pattern` (TFRecord framing)."""
+    import struct
+
+    from tensorboardX.proto import event_pb2
+
+    out = []
+    for path in sorted(folder.glob(pattern)):
+        data = path.read_bytes()
+        at = 0
+        while at < len(data):
+            (length,) = struct.unpack("<Q", data[at : at + 8])
+            out.append(event_pb2.Event.FromString(data[at + 12 : at + 12 + length]))
+            at += 12 + length + 4
+    return out
+
+
+def test_tensorboard_scalars_per_trial_and_hparams(storage: str) -> None:
+    import pytest
+
+    pytest.importorskip("tensorboardX")
+    from tunefleet.logger import TBXLoggerCallback
+
+    grid = tune.Tuner(
+        train,
+        param_space={"x": tune.grid_search([1.0, 2.0]), "token": tune.Secret("tok-55aa66bb")},
+        run_config=tune.RunConfig(storage_path=storage, verbose=0, callbacks=[TBXLoggerCallback()]),
+    ).fit()
+    for result in grid:
+        folder = Path(result.path)
+        scalars: dict[str, list[tuple[int, float]]] = {}
+        for event in _events(folder, "events.out.tfevents.*"):  # the trial's run
+            for value in event.summary.value:
+                if value.HasField("simple_value"):
+                    scalars.setdefault(value.tag, []).append((event.step, value.simple_value))
+        plugins = {  # HParams go to a run of their own below the trial's
+            value.metadata.plugin_data.plugin_name
+            for event in _events(folder, "*/events.out.tfevents.*")
+            for value in event.summary.value
+        }
+        x = result.config["x"]
+        assert scalars["ray/tune/loss"] == [(1, x), (2, x / 2), (3, pytest.approx(x / 3))]
+        assert [step for step, _ in scalars["ray/tune/nested/a"]] == [1, 2, 3]
+        assert "hparams" in plugins, "the trial's config and last results in HParams"
+        raw = b"".join(p.read_bytes() for p in folder.rglob("events.out.tfevents.*"))
+        assert b"tok-55aa66bb" not in raw

@@ -1,5 +1,5 @@
-"""Ray Tune's ``ray.tune.logger`` names: the per-trial file loggers."""
+"""Ray Tune's ``ray.tune.logger`` names: the per-trial loggers."""
 
-from tunefleet.callbacks import CSVLoggerCallback, JsonLoggerCallback
+from tunefleet.callbacks import CSVLoggerCallback, JsonLoggerCallback, TBXLoggerCallback
 
-__all__ = ["CSVLoggerCallback", "JsonLoggerCallback"]
+__all__ = ["CSVLoggerCallback", "JsonLoggerCallback", "TBXLoggerCallback"]

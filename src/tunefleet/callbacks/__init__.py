@@ -2,5 +2,6 @@
 
 from tunefleet.callbacks._base import Callback
 from tunefleet.callbacks._files import CSVLoggerCallback, JsonLoggerCallback
+from tunefleet.callbacks._tensorboard import TBXLoggerCallback
 
-__all__ = ["CSVLoggerCallback", "Callback", "JsonLoggerCallback"]
+__all__ = ["CSVLoggerCallback", "Callback", "JsonLoggerCallback", "TBXLoggerCallback"]
