@@ -56,6 +56,22 @@ def test_quickstart(tmp_path: Path) -> None:
     assert any(storage.iterdir()), "nothing was stored under --storage-path"
 
 
+def test_error_handling(tmp_path: Path) -> None:
+    """A trial raises, one reports NaN, one runs out of its memory: the run goes on."""
+    proc = _run(
+        [str(EXAMPLES / "error_handling.py"), "--storage-path", str(tmp_path / "r")],
+        tmp_path,
+        timeout=55,
+    )
+    out = proc.stdout
+    assert "3 ERROR, 1 TERMINATED" in out
+    assert "    ok: finished" in out
+    assert "raises: EXCEPTION" in out and "ValueError: bad batch at step 3" in out
+    assert "   nan: NAN_METRIC" in out and "metric 'loss' is nan" in out
+    assert "   oom: OOM" in out and "limit" in out
+    assert "Best: {'mode': 'ok'}" in out
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 @pytest.mark.skipif(
