@@ -56,6 +56,21 @@ def test_quickstart(tmp_path: Path) -> None:
     assert any(storage.iterdir()), "nothing was stored under --storage-path"
 
 
+def test_from_ray_tune(tmp_path: Path) -> None:
+    """A Ray Tune script with only its imports changed runs, checkpoints and reloads."""
+    proc = _run(
+        [str(EXAMPLES / "from_ray_tune.py"), "--storage-path", str(tmp_path / "r")],
+        tmp_path,
+        timeout=55,
+    )
+    assert "Trials: 12, errors: 0" in proc.stdout
+    assert "Best checkpoint: step 30" in proc.stdout  # the best trial ran to max_t
+    assert "'lr'" in _best_config_line(proc.stdout)
+    source = (EXAMPLES / "from_ray_tune.py").read_text()
+    body = source.split("def train_fn")[1]
+    assert "ray." not in body and "import" not in body, "the body is Ray Tune's, unchanged"
+
+
 def test_error_handling(tmp_path: Path) -> None:
     """A trial raises, one reports NaN, one runs out of its memory: the run goes on."""
     proc = _run(
