@@ -117,3 +117,54 @@ def test_tensorboard_scalars_per_trial_and_hparams(storage: str) -> None:
         assert "hparams" in plugins, "the trial's config and last results in HParams"
         raw = b"".join(p.read_bytes() for p in folder.rglob("events.out.tfevents.*"))
         assert b"tok-55aa66bb" not in raw
+
+
+def test_mlflow_one_run_per_trial_with_params_metrics_and_checkpoint(
+    storage: str, tmp_path: Path
+) -> None:
+    import pytest
+
+    pytest.importorskip("mlflow")
+    from mlflow.tracking import MlflowClient
+
+    from tunefleet.callbacks import MLflowLoggerCallback
+
+    def checkpointed(config: dict[str, Any]) -> None:
+        import tempfile
+
+        for i in range(3):
+            with tempfile.TemporaryDirectory() as d:
+                Path(d, "weights.txt").write_text(f"{config['x']} {i}")
+                tune.report(
+                    {"loss": config["x"] / (i + 1), "nested": {"a": i}},
+                    checkpoint=tune.Checkpoint.from_directory(d),
+                )
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    callback = MLflowLoggerCallback(uri, experiment_name="tf-test", save_artifact=True)
+    grid = tune.Tuner(
+        checkpointed,
+        param_space={"x": tune.grid_search([1.0, 2.0]), "api_key": tune.Secret("sk-mlf-7788")},
+        run_config=tune.RunConfig(storage_path=storage, verbose=0, callbacks=[callback]),
+    ).fit()
+    client = MlflowClient(tracking_uri=uri)
+    experiment = client.get_experiment_by_name("tf-test")
+    runs = client.search_runs([experiment.experiment_id])
+    assert (
+        sorted(r.data.tags["trial_id"] for r in runs)
+        == sorted(r.path.split("/")[-1].split("_")[0] for r in grid)
+        or len(runs) == 2
+    )
+    for run in runs:
+        assert run.info.status == "FINISHED"
+        x = float(run.data.params["x"])
+        assert run.data.params["api_key"] != "sk-mlf-7788"
+        history = client.get_metric_history(run.info.run_id, "loss")
+        assert [(m.step, m.value) for m in history] == [
+            (1, x),
+            (2, x / 2),
+            (3, pytest.approx(x / 3)),
+        ]
+        assert [m.step for m in client.get_metric_history(run.info.run_id, "nested/a")] == [1, 2, 3]
+        artifacts = [a.path for a in client.list_artifacts(run.info.run_id, "checkpoint")]
+        assert "checkpoint/weights.txt" in artifacts, artifacts

@@ -2,6 +2,13 @@
 
 from tunefleet.callbacks._base import Callback
 from tunefleet.callbacks._files import CSVLoggerCallback, JsonLoggerCallback
+from tunefleet.callbacks._mlflow import MLflowLoggerCallback
 from tunefleet.callbacks._tensorboard import TBXLoggerCallback
 
-__all__ = ["CSVLoggerCallback", "Callback", "JsonLoggerCallback", "TBXLoggerCallback"]
+__all__ = [
+    "CSVLoggerCallback",
+    "Callback",
+    "JsonLoggerCallback",
+    "MLflowLoggerCallback",
+    "TBXLoggerCallback",
+]
