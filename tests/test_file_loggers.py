@@ -120,9 +120,11 @@ def test_tensorboard_scalars_per_trial_and_hparams(storage: str) -> None:
 
 
 def test_mlflow_one_run_per_trial_with_params_metrics_and_checkpoint(
-    storage: str, tmp_path: Path
+    storage: str, tmp_path: Path, monkeypatch: Any
 ) -> None:
     import pytest
+
+    monkeypatch.chdir(tmp_path)  # MLflow puts artifacts in ./mlruns by default
 
     pytest.importorskip("mlflow")
     from mlflow.tracking import MlflowClient
