@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import os
 import time
 from typing import IO, Any
@@ -37,7 +38,41 @@ def flatten(result: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-class _PerTrialFiles(Callback):
+# result keys that are bookkeeping, not metrics to plot (the same numbers for every trial)
+_NOT_METRICS = frozenset(
+    {"done", "training_iteration", "timestamp", "pid", "trial_id", "date", "hostname"}
+)
+
+
+def numeric_metrics(result: dict[str, Any]) -> dict[str, float]:
+    """The result's finite numbers, flattened and redacted, bookkeeping keys left out."""
+    out = {}
+    for key, value in flatten(redact(result)).items():
+        if key in _NOT_METRICS or isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        if math.isfinite(value):
+            out[key] = float(value)
+    return out
+
+
+class TrialEndCallback(Callback):
+    """A callback that does one thing when a trial ends, whether it finished or failed."""
+
+    def _trial_ended(self, trial: Trial, failed: bool) -> None:
+        raise NotImplementedError
+
+    def on_trial_complete(
+        self, iteration: int, trials: list[Trial], trial: Trial, **info: Any
+    ) -> None:
+        self._trial_ended(trial, failed=False)
+
+    def on_trial_error(
+        self, iteration: int, trials: list[Trial], trial: Trial, **info: Any
+    ) -> None:
+        self._trial_ended(trial, failed=True)
+
+
+class _PerTrialFiles(TrialEndCallback):
     """Opens a file per trial on its first start or result, closes it when it ends."""
 
     filename = ""
@@ -64,6 +99,9 @@ class _PerTrialFiles(Callback):
         if handle is not None:
             handle.close()
 
+    def _trial_ended(self, trial: Trial, failed: bool) -> None:
+        self._close(trial)
+
     def on_trial_start(
         self, iteration: int, trials: list[Trial], trial: Trial, **info: Any
     ) -> None:
@@ -80,16 +118,6 @@ class _PerTrialFiles(Callback):
             self._flushed = now
             for handle in self._files.values():
                 handle.flush()
-
-    def on_trial_complete(
-        self, iteration: int, trials: list[Trial], trial: Trial, **info: Any
-    ) -> None:
-        self._close(trial)
-
-    def on_trial_error(
-        self, iteration: int, trials: list[Trial], trial: Trial, **info: Any
-    ) -> None:
-        self._close(trial)
 
     def on_experiment_end(self, trials: list[Trial], **info: Any) -> None:
         for handle in self._files.values():

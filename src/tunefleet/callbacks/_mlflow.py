@@ -7,21 +7,18 @@ a server, or ``sqlite:///mlflow.db`` on one machine.
 
 from __future__ import annotations
 
-import math
 import os
 import time
 from typing import Any
 
 from tunefleet._redact import redact
-from tunefleet.callbacks._base import Callback
-from tunefleet.callbacks._files import flatten
+from tunefleet.callbacks._files import TrialEndCallback, flatten, numeric_metrics
 from tunefleet.trial import Trial
 
 _PARAM_MAX = 6000  # MLflow's limit on a param value's length
-_NOT_METRICS = {"done", "training_iteration", "timestamp", "pid", "date", "hostname"}
 
 
-class MLflowLoggerCallback(Callback):
+class MLflowLoggerCallback(TrialEndCallback):
     """Logs each trial as an MLflow run.
 
     Args:
@@ -100,35 +97,18 @@ class MLflowLoggerCallback(Callback):
         run_id = self._run(trial)
         step = int(result.get("training_iteration", 0))
         stamp = int(float(result.get("timestamp") or time.time()) * 1000)
-        metrics = [
-            Metric(key, float(value), stamp, step)
-            for key, value in flatten(redact(result)).items()
-            if key not in _NOT_METRICS
-            and isinstance(value, (int, float))
-            and not isinstance(value, bool)
-            and math.isfinite(value)
-        ]
+        metrics = [Metric(k, v, stamp, step) for k, v in numeric_metrics(result).items()]
         if metrics:
             self._client.log_batch(run_id, metrics=metrics)
 
-    def _end(self, trial: Trial, status: str) -> None:
+    def _trial_ended(self, trial: Trial, failed: bool) -> None:
         run_id = self._runs.pop(trial.trial_id, None)
         if run_id is None:
             return
         checkpoint = trial.latest_checkpoint
         if self._save_artifact and checkpoint and os.path.isdir(checkpoint):
             self._client.log_artifacts(run_id, checkpoint, artifact_path="checkpoint")
-        self._client.set_terminated(run_id, status=status)
-
-    def on_trial_complete(
-        self, iteration: int, trials: list[Trial], trial: Trial, **info: Any
-    ) -> None:
-        self._end(trial, "FINISHED")
-
-    def on_trial_error(
-        self, iteration: int, trials: list[Trial], trial: Trial, **info: Any
-    ) -> None:
-        self._end(trial, "FAILED")
+        self._client.set_terminated(run_id, status="FAILED" if failed else "FINISHED")
 
     def on_experiment_end(self, trials: list[Trial], **info: Any) -> None:
         for trial_id in list(self._runs):  # interrupted (Ctrl-C): resumable, not failed

@@ -9,25 +9,11 @@ ends, its config (redacted) and its last numeric results go to the HParams dashb
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from tunefleet._redact import redact
-from tunefleet.callbacks._base import Callback
-from tunefleet.callbacks._files import flatten
+from tunefleet.callbacks._files import TrialEndCallback, flatten, numeric_metrics
 from tunefleet.trial import Trial
-
-_SKIP = {"done", "training_iteration", "timestamp", "pid", "trial_id", "date", "hostname"}
-
-
-def _numbers(result: dict[str, Any]) -> dict[str, float]:
-    out = {}
-    for key, value in flatten(result).items():
-        if key in _SKIP or isinstance(value, bool) or not isinstance(value, (int, float)):
-            continue
-        if math.isfinite(value):
-            out[key] = float(value)
-    return out
 
 
 def _hparam(value: Any) -> Any:
@@ -35,7 +21,7 @@ def _hparam(value: Any) -> Any:
     return value if isinstance(value, (bool, int, float, str)) else str(value)
 
 
-class TBXLoggerCallback(Callback):
+class TBXLoggerCallback(TrialEndCallback):
     """TensorBoard scalars per trial and the HParams dashboard, via tensorboardX."""
 
     def __init__(self) -> None:
@@ -62,12 +48,12 @@ class TBXLoggerCallback(Callback):
             writer = self._writer_class(logdir=trial.path, flush_secs=5)
             self._writers[trial.trial_id] = writer
         step = int(result.get("training_iteration", 0))
-        numbers = _numbers(redact(result))
+        numbers = numeric_metrics(result)
         for key, value in numbers.items():
             writer.add_scalar(f"ray/tune/{key}", value, global_step=step)
         self._last[trial.trial_id] = numbers
 
-    def _end(self, trial: Trial) -> None:
+    def _trial_ended(self, trial: Trial, failed: bool) -> None:
         writer = self._writers.pop(trial.trial_id, None)
         last = self._last.pop(trial.trial_id, None)
         if writer is None:
@@ -77,16 +63,6 @@ class TBXLoggerCallback(Callback):
             hparams = {key: _hparam(value) for key, value in config.items()}
             writer.add_hparams(hparams, {f"ray/tune/{k}": v for k, v in last.items()})
         writer.close()
-
-    def on_trial_complete(
-        self, iteration: int, trials: list[Trial], trial: Trial, **info: Any
-    ) -> None:
-        self._end(trial)
-
-    def on_trial_error(
-        self, iteration: int, trials: list[Trial], trial: Trial, **info: Any
-    ) -> None:
-        self._end(trial)
 
     def on_experiment_end(self, trials: list[Trial], **info: Any) -> None:
         for writer in self._writers.values():
