@@ -25,7 +25,7 @@ demo: $(STAMP)
 	$(BIN)/python examples/lstm_sunspots.py
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	TUNEFLEET_HYPOTHESIS=ci $(BIN)/python -m pytest -q
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow"

@@ -5,6 +5,13 @@ from pathlib import Path
 
 import psutil
 import pytest
+from hypothesis import settings
+
+# The CI gate (`make test` sets TUNEFLEET_HYPOTHESIS=ci) runs the same examples every
+# time, so a pass or a failure is reproducible; plain `pytest` explores new ones.
+settings.register_profile("ci", derandomize=True, database=None)
+if os.environ.get("TUNEFLEET_HYPOTHESIS") == "ci":
+    settings.load_profile("ci")
 
 
 @pytest.fixture

@@ -19,6 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tunefleet
+from tunefleet._redact import redact
 from tunefleet.store import (
     SCHEMA_VERSION,
     ExperimentStore,
@@ -181,8 +182,18 @@ def test_values_json_cannot_take_are_converted_not_lost(exp: Path) -> None:
 )
 def test_encoding_round_trips_every_json_value(value: Any) -> None:
     back = decode(encode(value))
+    # What is stored is the value with its secrets hidden (a key such as "Passphrase"
+    # holds "***" even when empty); everything else comes back exactly.
     # NaN != NaN: compare through a canonical text form instead.
-    assert json.dumps(back, sort_keys=True) == json.dumps(value, sort_keys=True)
+    assert json.dumps(back, sort_keys=True) == json.dumps(redact(value), sort_keys=True)
+
+
+def test_encoding_hides_secret_keys_even_when_empty() -> None:
+    assert decode(encode({"Passphrase": "", "lr": 0.1, "n": [1, "a"]})) == {
+        "Passphrase": "***",
+        "lr": 0.1,
+        "n": [1, "a"],
+    }
 
 
 def test_checkpoints_and_deletion(exp: Path) -> None:
