@@ -309,7 +309,9 @@ def _drive(
             {"status": status, "ended_at": time.time(), "stop_reason": controller.stop_reason}
         )
         store.close()
-        reporter.finish(list(controller.trials.values()), spec.path, controller.stop_reason)
+        reporter.finish(
+            list(controller.trials.values()), spec.path, controller.stop_reason, controller
+        )
     return spec.path
 
 

@@ -1,12 +1,17 @@
-"""Minimal progress output: a status line while running, and the end-of-run summary.
+"""Progress while a run goes on, and the end-of-run summary.
 
-verbose=0 prints nothing; 1 a status line (in place on a terminal, a plain line
-every 30 s otherwise) and the summary; 2 also one line per trial that ends.
+verbose=0 prints nothing. 1: a live view and the summary. The view is a rich table
+redrawn in place on a terminal (counts per state, a progress bar when the total or a
+time budget is known, the best trial, the running trials with their latest metrics,
+recent failures with their cause); an HTML table updated in place in Jupyter; a plain
+line every 30 s anywhere else (CI, Slurm logs), so logs are not flooded. 2: also one
+line per trial that ends. 3: also one line per result.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import logging
 import math
 import sys
@@ -15,6 +20,7 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Any, TextIO
 
+from tunefleet import _progress_view as view
 from tunefleet._metrics import (
     MetricSpec,
     ModeSpec,
@@ -43,7 +49,7 @@ def warnings_shown(verbose: int) -> Iterator[None]:
     if verbose == 0 or configured:
         yield
         return
-    handler = logging.StreamHandler(sys.stderr)
+    handler = logging.StreamHandler(_CurrentStderr())
     handler.setLevel(logging.WARNING)
     handler.setFormatter(logging.Formatter("tunefleet %(levelname)s: %(message)s"))
     handler.addFilter(RedactingFilter())  # also for records of child loggers
@@ -52,6 +58,17 @@ def warnings_shown(verbose: int) -> Iterator[None]:
         yield
     finally:
         logger.removeHandler(handler)
+
+
+class _CurrentStderr:
+    """Whatever `sys.stderr` is when a record is written: the live view redirects it,
+    so that warnings are printed above the table instead of through it."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
 
 
 class StatusReporter:
@@ -73,46 +90,106 @@ class StatusReporter:
         self.mode: str | None = self.objectives[0][1] if single else None
         self.out = out or sys.stdout
         self.tty = self.out.isatty()
-        self.interval = 1.0 if self.tty else 30.0
+        self.notebook = out is None and view.in_notebook()
+        self.live = self.tty or self.notebook
+        self.interval = 1.0 if self.live else 30.0
         self.start = time.monotonic()
+        self.total: int | None = None  # trials the run will make, when known
+        self.budget_s: float | None = None
         self._last = 0.0
         self._reported_ends: set[str] = set()
-        self._line_len = 0
+        self._results_seen: dict[str, int] = {}
+        self._failed_order: list[str] = []
+        self._rich: Any = None  # rich.live.Live, started on the first refresh
+        self._display: Any = None  # IPython's display handle
 
     def update(self, controller: Any) -> None:
         if self.verbose == 0:
             return
         trials: dict[str, Trial] = controller.trials
+        self._note_failures(trials.values())
         if self.verbose >= 2:
-            for trial in trials.values():
-                if trial.status.is_finished and trial.trial_id not in self._reported_ends:
-                    self._reported_ends.add(trial.trial_id)
-                    self._print(f"Trial {trial.name} {trial.status.value}: {self._describe(trial)}")
+            self._trial_lines(trials.values())
         now = time.monotonic()
         if now - self._last < self.interval:
             return
         self._last = now
-        line = self.status_line(list(trials.values()))
-        if self.tty:
-            pad = max(0, self._line_len - len(line))
-            self.out.write("\r" + line + " " * pad)
-            self.out.flush()
-            self._line_len = len(line)
+        snap = self.snapshot(controller)
+        if self.notebook:
+            self._show_html(view.html_view(snap))
+        elif self.tty:
+            self._show_rich(view.rich_view(snap))
         else:
-            self._print(line)
+            self._print(snap.headline())
+
+    def snapshot(self, controller: Any) -> view.Snapshot:
+        trials = list(controller.trials.values())
+        self._note_failures(trials)
+        spec = controller.spec
+        budget = spec.time_budget_s
+        return view.Snapshot.take(
+            trials,
+            elapsed_s=controller.elapsed() if budget else time.monotonic() - self.start,
+            total=_total_trials(controller),
+            budget_s=budget,
+            metric=self.metric,
+            mode=self.mode,
+            best=self.best(trials),
+            failed_order=self._failed_order,
+        )
 
     def status_line(self, trials: list[Trial]) -> str:
-        counts = Counter(t.status.value for t in trials)
-        parts = [f"{n} {s.lower()}" for s, n in sorted(counts.items())]
-        elapsed = _duration(time.monotonic() - self.start)
-        best = self.best(trials)
-        best_text = ""
-        if best is not None and best.last_result is not None and self.metric:
-            best_text = (
-                f" | best {self.metric}={_num(metric_value(best.last_result, self.metric))}"
-                f" ({best.trial_id})"
+        """The plain one-line status (what a log gets every 30 s)."""
+        return view.Snapshot.take(
+            trials,
+            elapsed_s=time.monotonic() - self.start,
+            total=None,
+            budget_s=None,
+            metric=self.metric,
+            mode=self.mode,
+            best=self.best(trials),
+            failed_order=self._failed_order,
+        ).headline()
+
+    def _note_failures(self, trials: Any) -> None:
+        known = set(self._failed_order)
+        for trial in trials:
+            if trial.status is TrialStatus.ERROR and trial.trial_id not in known:
+                self._failed_order.append(trial.trial_id)
+
+    def _trial_lines(self, trials: Any) -> None:
+        for trial in trials:
+            if self.verbose >= 3 and trial.last_result is not None:
+                seen = self._results_seen.get(trial.trial_id, 0)
+                if trial.num_results > seen:
+                    self._results_seen[trial.trial_id] = trial.num_results
+                    self._print(f"Trial {trial.trial_id} result: {_result_text(trial)}")
+            if trial.status.is_finished and trial.trial_id not in self._reported_ends:
+                self._reported_ends.add(trial.trial_id)
+                self._print(f"Trial {trial.name} {trial.status.value}: {self._describe(trial)}")
+
+    def _show_rich(self, renderable: Any) -> None:
+        if self._rich is None:
+            from rich.console import Console
+            from rich.live import Live
+
+            console = Console(file=self.out, force_terminal=True)
+            self._rich = Live(
+                renderable,
+                console=console,
+                auto_refresh=False,  # redrawn by update(), at most once a second
+                redirect_stdout=self.out is sys.stdout,
+                redirect_stderr=self.out is sys.stdout,
             )
-        return f"[{elapsed}] {len(trials)} trials: {', '.join(parts) or 'starting'}{best_text}"
+            self._rich.start()
+        self._rich.update(renderable, refresh=True)
+
+    def _show_html(self, text: str) -> None:
+        ipd: Any = importlib.import_module("IPython.display")  # untyped
+        if self._display is None:
+            self._display = ipd.display(ipd.HTML(text), display_id=True)
+        else:
+            self._display.update(ipd.HTML(text))
 
     def best(self, trials: list[Trial]) -> Trial | None:
         if not self.metric or not self.mode:
@@ -157,11 +234,22 @@ class StatusReporter:
         )
         return "\n".join(lines)
 
-    def finish(self, trials: list[Trial], experiment_path: str, stop_reason: str | None) -> None:
+    def finish(
+        self,
+        trials: list[Trial],
+        experiment_path: str,
+        stop_reason: str | None,
+        controller: Any = None,
+    ) -> None:
         if self.verbose == 0:
             return
-        if self.tty and self._line_len:
-            self.out.write("\n")
+        self._note_failures(trials)
+        if controller is not None and self.live:
+            self._last = 0.0
+            self.update(controller)  # the final state, in the live view
+        if self._rich is not None:
+            self._rich.stop()
+            self._rich = None
         self._print(self.summary(trials, experiment_path, stop_reason))
 
     def _front_lines(self, trials: list[Trial]) -> list[str]:
@@ -195,15 +283,37 @@ class StatusReporter:
         return f"{trial.iteration} iterations"
 
     def _print(self, text: str) -> None:
-        if self.tty and self._line_len:
-            self.out.write("\r" + " " * self._line_len + "\r")
-            self._line_len = 0
-        print(redact_text(text), file=self.out, flush=True)  # secrets never printed
+        text = redact_text(text)  # secrets never printed
+        if self._rich is not None:  # above the live table
+            self._rich.console.print(text, markup=False, highlight=False, soft_wrap=True)
+        else:
+            print(text, file=self.out, flush=True)
 
 
-def _duration(seconds: float) -> str:
-    seconds = int(seconds)
-    return f"{seconds // 3600:d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+def _total_trials(controller: Any) -> int | None:
+    """How many trials the run will make, when the searcher or num_samples says."""
+    try:  # the default generator knows its grid: num_samples x grid size
+        known = getattr(controller.searcher, "total_samples", None)
+    except Exception:
+        known = None
+    if isinstance(known, int) and known > 0:
+        return known
+    samples = controller.spec.num_samples
+    return samples if isinstance(samples, int) and samples > 0 else None
+
+
+def _result_text(trial: Trial) -> str:
+    result = trial.last_result or {}
+    shown = {
+        k: v
+        for k, v in result.items()
+        if isinstance(v, (int, float, str, bool)) and k not in view.AUTO_KEYS
+    }
+    text = ", ".join(f"{k}={_num(v)}" for k, v in shown.items())
+    return f"iteration {trial.iteration}: {text}"
+
+
+_duration = view.duration
 
 
 def _num(value: Any) -> str:

@@ -274,7 +274,9 @@ class RunConfig:
         stop: a dict such as ``{"training_iteration": 10}``, a function
             ``(trial_id, result) -> bool`` or a `tune.Stopper`.
         callbacks: `tune.Callback` objects.
-        verbose: 0 silent, 1 status lines and the summary, 2 also each trial's end.
+        verbose: 0 silent; 1 a live view (a rich table on a terminal, an HTML table in
+            Jupyter, a plain line every 30 s in logs) and the end-of-run summary; 2 also
+            a line per trial that ends; 3 also a line per result.
         resources: totals for this machine, overriding what is detected, and any
             custom resources, e.g. ``{"cpu": 8, "accelerator_x": 2}`` (local backend).
         backend: where trials run: "local" (worker processes on this machine, the
