@@ -203,7 +203,7 @@ def test_snapshot_counts_budget_best_and_limits() -> None:
     assert snap.remaining_s == 3000.0
     assert snap.fraction() == pytest.approx(max(2 / 20, 600 / 3600))
     assert snap.best is not None and snap.best.trial_id == "t0020"
-    assert len(snap.running) == view.MAX_RUNNING_ROWS and snap.more_running == 4
+    assert len(snap.running) == 10 and snap.more_running == 4
     assert snap.metric_columns[:2] == ["loss", "acc"]
     assert snap.failures == [("t0021", "OOM: RSS 3.1 GiB > 2 GiB")]
     line = snap.headline()
@@ -240,3 +240,71 @@ def test_verbose_levels(tmp_path: Path) -> None:
     assert "Trial t0000 result: iteration 5: loss=1, acc=0" in out  # verbose 3
     assert "Trial train_t0021 ERROR: OOM: RSS" in out  # verbose >= 2
     assert out.count("[0:") == 1 and "Experiment finished in" in out
+
+
+# -- Ray Tune's reporter classes ------------------------------------------------------------
+def test_cli_reporter_chooses_columns_rows_and_order() -> None:
+    import tunefleet as tune
+
+    reporter = tune.CLIReporter(
+        metric_columns={"acc": "accuracy"},
+        parameter_columns=["lr"],
+        max_progress_rows=3,
+        max_error_rows=0,
+        sort_by_metric=True,
+    )
+    reporter.add_metric_column("loss")
+    status = StatusReporter(
+        verbose=1, metric="loss", mode="min", out=io.StringIO(), progress_reporter=reporter
+    )
+    snap = status.snapshot(_Controller(_sample()))
+    assert snap.metric_columns == ["acc", "loss"]
+    assert [r.trial_id for r in snap.running] == ["t0013", "t0012", "t0011"]  # lowest loss
+    assert snap.more_running == 11 and snap.failures == [] and snap.more_failures == 1
+    assert snap.running[0].config == "lr=1.3"
+    assert "<th>accuracy</th>" in view.html_view(snap)
+
+
+def test_reporter_settings_are_checked() -> None:
+    import tunefleet as tune
+
+    with pytest.raises(ValueError, match=r"CLIReporter\(max_report_frequency=0\)"):
+        tune.CLIReporter(max_report_frequency=0)
+    with pytest.raises(TypeError, match=r"metric_columns=\.\.\.\): must be a list of names"):
+        tune.CLIReporter(metric_columns="loss")
+    with pytest.raises(ValueError, match="metric column 'loss' is already shown"):
+        tune.CLIReporter(metric_columns=["loss", "loss"])
+    with pytest.raises(TypeError, match=r"must be a tune\.CLIReporter"):
+        tune.RunConfig(progress_reporter="cli").validate()
+
+
+@pytest.mark.slow
+def test_max_report_frequency_sets_the_log_period(tmp_path: Path) -> None:
+    script = tmp_path / "run.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import sys, time
+            import tunefleet as tune
+
+            def train(config):
+                for i in range(25):
+                    tune.report({"loss": config["x"] / (i + 1)})
+                    time.sleep(0.1)
+
+            tune.run(train, config={"x": tune.grid_search([1, 2])}, metric="loss", mode="min",
+                     storage_path=sys.argv[1],
+                     progress_reporter=tune.CLIReporter(max_report_frequency=0.5,
+                                                        metric_columns=["loss"]))
+            """
+        )
+    )
+    proc = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "r")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    status = [line for line in proc.stdout.splitlines() if line.startswith("[0:")]
+    assert len(status) >= 3, proc.stdout  # a run of ~2.5 s, a line every 0.5 s

@@ -8,6 +8,9 @@ import sys
 import tunefleet as tune
 
 EXPECTED = {
+    "CLIReporter",
+    "JupyterNotebookReporter",
+    "ProgressReporter",
     "Callback",
     "Checkpoint",
     "CheckpointConfig",

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 from tunefleet._redact import RedactingFilter, Secret
+from tunefleet._reporters import CLIReporter, JupyterNotebookReporter, ProgressReporter
 from tunefleet.callbacks import Callback
 from tunefleet.checkpoint import Checkpoint
 from tunefleet.config import CheckpointConfig, FailureConfig, RunConfig, SyncConfig, TuneConfig
@@ -66,6 +67,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "CLIReporter",
     "Callback",
     "Checkpoint",
     "CheckpointConfig",
@@ -73,7 +75,9 @@ __all__ = [
     "FailureConfig",
     "FailureKind",
     "FailureRecord",
+    "JupyterNotebookReporter",
     "PlacementGroupFactory",
+    "ProgressReporter",
     "Result",
     "ResultGrid",
     "RunConfig",

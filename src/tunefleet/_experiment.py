@@ -284,6 +284,7 @@ def _drive(
         metric=spec.metric,
         mode=spec.mode,
         constraints=spec.constraints,
+        progress_reporter=run_config.progress_reporter,
     )
     controller = Controller(
         spec=spec,

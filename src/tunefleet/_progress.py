@@ -31,6 +31,7 @@ from tunefleet._metrics import (
     pareto_front,
 )
 from tunefleet._redact import RedactingFilter, redact, redact_text
+from tunefleet._reporters import ProgressReporter, ViewOptions
 from tunefleet.trial import Trial, TrialStatus
 
 
@@ -80,6 +81,7 @@ class StatusReporter:
         mode: ModeSpec,
         constraints: list[str] | None = None,
         out: TextIO | None = None,
+        progress_reporter: ProgressReporter | None = None,
     ):
         self.verbose = verbose
         # One objective: its best trial is shown. Several: the Pareto front at the end.
@@ -88,11 +90,15 @@ class StatusReporter:
         single = len(self.objectives) == 1 and isinstance(metric, str)
         self.metric: str | None = self.objectives[0][0] if single else None
         self.mode: str | None = self.objectives[0][1] if single else None
+        if metric is None and progress_reporter is not None and progress_reporter.metric:
+            self.metric, self.mode = progress_reporter.metric, progress_reporter.mode or "min"
+        self.options = progress_reporter.options if progress_reporter else ViewOptions()
+        self.overwrite = getattr(progress_reporter, "overwrite", True)
         self.out = out or sys.stdout
         self.tty = self.out.isatty()
         self.notebook = out is None and view.in_notebook()
         self.live = self.tty or self.notebook
-        self.interval = 1.0 if self.live else 30.0
+        self.interval = self.options.interval_s or (1.0 if self.live else 30.0)
         self.start = time.monotonic()
         self.total: int | None = None  # trials the run will make, when known
         self.budget_s: float | None = None
@@ -136,6 +142,7 @@ class StatusReporter:
             mode=self.mode,
             best=self.best(trials),
             failed_order=self._failed_order,
+            options=self.options,
         )
 
     def status_line(self, trials: list[Trial]) -> str:
@@ -149,6 +156,7 @@ class StatusReporter:
             mode=self.mode,
             best=self.best(trials),
             failed_order=self._failed_order,
+            options=self.options,
         ).headline()
 
     def _note_failures(self, trials: Any) -> None:
@@ -186,7 +194,7 @@ class StatusReporter:
 
     def _show_html(self, text: str) -> None:
         ipd: Any = importlib.import_module("IPython.display")  # untyped
-        if self._display is None:
+        if self._display is None or not self.overwrite:
             self._display = ipd.display(ipd.HTML(text), display_id=True)
         else:
             self._display.update(ipd.HTML(text))

@@ -16,10 +16,9 @@ from typing import Any
 
 from tunefleet._metrics import metric_value
 from tunefleet._redact import redact, redact_text
+from tunefleet._reporters import ViewOptions
 from tunefleet.trial import Trial, TrialStatus
 
-MAX_RUNNING_ROWS = 10
-MAX_FAILURE_ROWS = 5
 MAX_METRIC_COLUMNS = 4
 _CONFIG_CHARS = 60
 _CAUSE_CHARS = 100
@@ -73,6 +72,10 @@ class Snapshot:
     metric_columns: list[str] = field(default_factory=list)
     failures: list[tuple[str, str]] = field(default_factory=list)  # (trial id, cause)
     more_failures: int = 0
+    headers: dict[str, str] = field(default_factory=dict)  # column -> header shown
+
+    def header(self, column: str) -> str:
+        return self.headers.get(column, column)
 
     @property
     def finished(self) -> int:
@@ -103,7 +106,9 @@ class Snapshot:
         mode: str | None,
         best: Trial | None,
         failed_order: list[str],
+        options: ViewOptions | None = None,
     ) -> Snapshot:
+        opts = options or ViewOptions()
         counts = Counter(t.status.value for t in trials)
         snap = cls(
             elapsed_s=elapsed_s,
@@ -112,17 +117,25 @@ class Snapshot:
             budget_s=budget_s,
             metric=metric,
             mode=mode,
+            headers=dict(opts.aliases),
         )
         running = [t for t in trials if t.status is TrialStatus.RUNNING]
-        snap.metric_columns = _metric_columns(running or ([best] if best else []), metric)
+        snap.metric_columns = (
+            list(opts.metric_columns)
+            if opts.metric_columns is not None
+            else _metric_columns(running or ([best] if best else []), metric)
+        )
+        params = opts.parameter_columns
         if best is not None and best.last_result is not None and metric:
-            snap.best = _row(best, snap.metric_columns)
+            snap.best = _row(best, snap.metric_columns, params)
             snap.best_value = _num(metric_value(best.last_result, metric))
-        shown = sorted(running, key=lambda t: t.index)[:MAX_RUNNING_ROWS]
-        snap.running = [_row(t, snap.metric_columns) for t in shown]
+        order = _by_metric(metric, mode) if opts.sort_by_metric and metric else _by_index
+        shown = sorted(running, key=order)[: opts.max_running_rows]
+        snap.running = [_row(t, snap.metric_columns, params) for t in shown]
         snap.more_running = len(running) - len(shown)
         by_id = {t.trial_id: t for t in trials}
-        recent = [by_id[i] for i in reversed(failed_order) if i in by_id][:MAX_FAILURE_ROWS]
+        recent = [by_id[i] for i in reversed(failed_order) if i in by_id]
+        recent = recent[: opts.max_failure_rows]
         snap.failures = [(t.trial_id, _cause(t)) for t in recent]
         snap.more_failures = len(failed_order) - len(recent)
         return snap
@@ -153,20 +166,49 @@ def _metric_columns(trials: list[Trial], metric: str | None) -> list[str]:
     return names
 
 
-def _row(trial: Trial, columns: list[str]) -> Row:
+def _by_index(trial: Trial) -> tuple[float, int]:
+    return (0.0, trial.index)
+
+
+def _by_metric(metric: str, mode: str | None) -> Any:
+    sign = -1.0 if mode == "max" else 1.0
+
+    def key(trial: Trial) -> tuple[float, int]:
+        value = metric_value(trial.last_result or {}, metric)
+        ok = value is not None and math.isfinite(value)
+        return (sign * value if ok else math.inf, trial.index)  # type: ignore[operator]
+
+    return key
+
+
+def _row(trial: Trial, columns: list[str], params: list[str] | None) -> Row:
     result = trial.last_result or {}
     return Row(
         trial_id=trial.trial_id,
         status=trial.status.value,
         iteration=trial.iteration,
         metrics={name: _num(metric_value(result, name)) for name in columns},
-        config=_short(_config_text(trial.config), _CONFIG_CHARS),
+        config=_short(_config_text(trial.config, params), _CONFIG_CHARS),
     )
 
 
-def _config_text(config: dict[str, Any]) -> str:
+def _config_text(config: dict[str, Any], params: list[str] | None) -> str:
     shown = redact(config)
+    if params is not None:
+        return ", ".join(f"{p}={_num(_lookup(shown, p))}" for p in params)
     return ", ".join(f"{k}={_num(v)}" for k, v in shown.items() if not str(k).startswith("__"))
+
+
+def _lookup(config: dict[str, Any], path: str) -> Any:
+    """`config`'s value at a dotted path ("model.width"), or None."""
+    if path in config:
+        return config[path]
+    node: Any = config
+    for part in path.split("/") if "/" in path else path.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
 
 
 def _cause(trial: Trial) -> str:
@@ -240,7 +282,7 @@ def rich_view(snap: Snapshot) -> Any:
         table.add_column("running")
         table.add_column("iter", justify="right")
         for name in snap.metric_columns:
-            table.add_column(name, justify="right")
+            table.add_column(snap.header(name), justify="right")
         table.add_column("config", overflow="ellipsis", no_wrap=True)
         for row in snap.running:
             table.add_row(
@@ -278,7 +320,7 @@ def html_view(snap: Snapshot) -> str:
             f" ({e(str(snap.mode))}, iteration {snap.best.iteration}): {e(snap.best.config)}"
         )
     if snap.running:
-        heads = ["running", "iter", *snap.metric_columns, "config"]
+        heads = ["running", "iter", *map(snap.header, snap.metric_columns), "config"]
         out.append("<table><tr>" + "".join(f"<th>{e(h)}</th>" for h in heads) + "</tr>")
         for row in snap.running:
             cells = [

@@ -284,6 +284,8 @@ class RunConfig:
         ray_init: with backend="ray", keyword arguments of ``ray.init`` used when Ray
             is not initialised yet, e.g. ``{"address": "auto"}`` to join a running
             cluster. ``RAY_ADDRESS`` (set by ``ray job submit``) is honoured as usual.
+        progress_reporter: a `tune.CLIReporter` / `tune.JupyterNotebookReporter`
+            choosing the live view's columns, rows and refresh period (Ray Tune's names).
     """
 
     name: str | None = None
@@ -299,6 +301,7 @@ class RunConfig:
     ray_init: dict[str, Any] | None = None
     storage_filesystem: Any = None
     sync_config: SyncConfig = field(default_factory=SyncConfig)
+    progress_reporter: Any = None
 
     def validate(self) -> None:
         if self.name is not None:
@@ -337,6 +340,14 @@ class RunConfig:
             )
         if self.verbose not in (0, 1, 2, 3):
             raise ValueError(f"RunConfig.verbose={self.verbose!r} is not valid: use 0, 1, 2 or 3")
+        if self.progress_reporter is not None:
+            from tunefleet._reporters import ProgressReporter
+
+            if not isinstance(self.progress_reporter, ProgressReporter):
+                raise TypeError(
+                    f"RunConfig.progress_reporter={self.progress_reporter!r} must be a "
+                    "tune.CLIReporter or tune.JupyterNotebookReporter"
+                )
         if not isinstance(self.checkpoint_config, CheckpointConfig):
             raise TypeError("RunConfig.checkpoint_config must be a tune.CheckpointConfig")
         if not isinstance(self.failure_config, FailureConfig):

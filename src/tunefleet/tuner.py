@@ -244,6 +244,7 @@ _RUN_ARGS = (
     "checkpoint_score_attr",
     "time_budget_s",
     "verbose",
+    "progress_reporter",
     "callbacks",
     "raise_on_failed_trial",
     "trial_name_creator",
@@ -277,6 +278,7 @@ def run(
     checkpoint_score_attr: str | None = None,
     time_budget_s: float | None = None,
     verbose: int = 1,
+    progress_reporter: Any = None,
     callbacks: list[Any] | None = None,
     raise_on_failed_trial: bool = True,
     trial_name_creator: Any = None,
@@ -333,6 +335,7 @@ def run(
             stop=stop,
             callbacks=callbacks,
             verbose=verbose,
+            progress_reporter=progress_reporter,
             checkpoint_config=CheckpointConfig(
                 num_to_keep=keep_checkpoints_num,
                 checkpoint_score_attribute=checkpoint_score_attr,
