@@ -4,10 +4,11 @@
     tunefleet show EXP              one row per trial: status, iterations, metric, config
     tunefleet best EXP              the best trial: config, metrics, checkpoint
     tunefleet errors EXP            each failed trial: its cause, traceback or stderr tail
+    tunefleet run SCRIPT ...        tune a script in any language (docs/script_tuning.md)
 
 EXP is an experiment name under the storage path (``--storage``, default
 ``$TUNEFLEET_STORAGE`` or ``~/tunefleet_results``) or a path to its directory.
-Everything is read through the read-only store reader; nothing here writes.
+The inspecting commands read through the read-only store reader and write nothing.
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="tunefleet", description="Inspect tunefleet experiments, or resume one."
+        prog="tunefleet", description="Tune a script, inspect tunefleet experiments, or resume one."
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
@@ -97,6 +98,9 @@ def _parser() -> argparse.ArgumentParser:
     from tunefleet._slurm import add_slurm_command
 
     add_slurm_command(sub)
+    from tunefleet._script_cli import add_run_command
+
+    add_run_command(sub)
     return parser
 
 

@@ -150,6 +150,13 @@ class TrialSession:
         if self._meets_stop_criteria(result):
             raise StopTrial()
 
+    def poll_stop(self) -> None:
+        """Between reports: raise `StopTrial` if the driver has asked this trial to stop
+        or pause (what `report` does after each result)."""
+        decision = self._poll_control(False)
+        if decision == "STOP" or decision == "PAUSE":
+            raise StopTrial(pause=decision == "PAUSE")
+
     def persist(self, checkpoint: Checkpoint | str, iteration: int) -> str:
         """Copy a checkpoint into the trial's storage as `iteration`'s; return where it is."""
         if isinstance(checkpoint, Checkpoint):
@@ -230,6 +237,12 @@ def _set_session(session: TrialSession | None) -> None:
 
 
 def _require_session(what: str) -> TrialSession:
+    if _session is None and os.environ.get("TUNEFLEET_REPORT_FD"):
+        # A Python program run by `tunefleet run` some other way than `python x.py`
+        # (a shell wrapper, torchrun): report through the trial that started it.
+        from tunefleet._script_child import install_session
+
+        install_session()
     if _session is None:
         raise RuntimeError(
             f"tune.{what}() was called outside a tunefleet trial: call it from the "

@@ -249,6 +249,9 @@ def _failure_from_exception(
     message = str(exc)
     if isinstance(exc, SystemExit):
         message = f"the trainable called sys.exit({exc.code!r})"
+    crash = _program_crash(exc, launch, session)
+    if crash is not None:
+        return scrub_failure(crash, launch["config"])
     failure = FailureRecord(
         kind=kind,
         message=message,
@@ -262,6 +265,29 @@ def _failure_from_exception(
     )
     _memory.memory_failure(exc, failure)  # OOM (MemoryError) or GPU_OOM, with the peak
     return scrub_failure(failure, launch["config"])  # the trial's secrets stay in its process
+
+
+def _program_crash(
+    exc: BaseException, launch: dict[str, Any], session: TrialSession
+) -> FailureRecord | None:
+    """The failure of a program run by the trial (`tunefleet run`) that exited non-zero
+    or was killed: a CRASH with its exit code or signal and its stderr, no traceback
+    (the trial's own stack says nothing about the program)."""
+    if type(exc).__name__ != "ScriptError" or not type(exc).__module__.startswith("tunefleet"):
+        return None
+    exit_code, signame = getattr(exc, "exit_code", None), getattr(exc, "signal", None)
+    if exit_code is None and signame is None:
+        return None  # it broke the report protocol: an EXCEPTION with the message
+    return FailureRecord(
+        kind=FailureKind.CRASH,
+        message=str(getattr(exc, "summary", exc)),
+        exit_code=exit_code,
+        signal=signame,
+        stderr_tail=getattr(exc, "stderr_tail", None),
+        attempt=launch["attempt"],
+        iteration=session.iteration,
+        checkpoint=launch["checkpoint"],
+    )
 
 
 def _redirect_output(trial_dir: str) -> Any:
