@@ -5,6 +5,8 @@
     tunefleet best EXP              the best trial: config, metrics, checkpoint
     tunefleet errors EXP            each failed trial: its cause, traceback or stderr tail
     tunefleet run SCRIPT ...        tune a script in any language (docs/script_tuning.md)
+    tunefleet dashboard [STORAGE]   a read-only web page of the experiments (docs/dashboard.md)
+    tunefleet report EXP --out F    one self-contained HTML report of an experiment
 
 EXP is an experiment name under the storage path (``--storage``, default
 ``$TUNEFLEET_STORAGE`` or ``~/tunefleet_results``) or a path to its directory.
@@ -98,6 +100,10 @@ def _parser() -> argparse.ArgumentParser:
     from tunefleet._slurm import add_slurm_command
 
     add_slurm_command(sub)
+    from tunefleet.dashboard._cli import add_dashboard_command, add_report_command
+
+    add_dashboard_command(sub)
+    add_report_command(sub)
     from tunefleet._script_cli import add_run_command
 
     add_run_command(sub)
