@@ -543,3 +543,22 @@ def test_names_from_a_run_never_escape(storage: str) -> None:
     }
     for result in grid:
         assert Path(result.path).parent == exp / "trials"
+
+
+def test_records_of_child_loggers_are_redacted_for_the_users_handlers() -> None:
+    """A logger's filters only see its own records: each tunefleet module's logger
+    carries the filter, so a handler of the user's (on the root logger) never gets a
+    secret from, e.g., tunefleet.search._optuna."""
+    import tunefleet.search._optuna  # noqa: F401 - creates its logger
+
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    root = logging.getLogger()
+    root.addHandler(handler)
+    try:
+        for name in ("tunefleet.search._optuna", "tunefleet.stoppers"):
+            logging.getLogger(name).warning("cannot reach postgresql://bob:hunter2@db/prod")
+    finally:
+        root.removeHandler(handler)
+    text = stream.getvalue()
+    assert text.count("postgresql://bob:***@db/prod") == 2 and "hunter2" not in text

@@ -426,3 +426,16 @@ class RedactingFilter(logging.Filter):
         if hidden != message:
             record.msg, record.args = hidden, None
         return True
+
+
+def get_logger(name: str) -> logging.Logger:
+    """`logging.getLogger(name)` with `RedactingFilter` on it.
+
+    A logger's filters only see the records logged on it, not those of its children,
+    so every tunefleet logger needs its own (the one on "tunefleet" does not cover
+    "tunefleet.search").
+    """
+    logger = logging.getLogger(name)
+    if not any(isinstance(f, RedactingFilter) for f in logger.filters):
+        logger.addFilter(RedactingFilter())
+    return logger

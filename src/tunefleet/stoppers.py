@@ -28,7 +28,6 @@ Differences from Ray Tune, on purpose:
 from __future__ import annotations
 
 import datetime
-import logging
 import math
 import numbers
 import statistics
@@ -39,8 +38,9 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from tunefleet._metrics import MISSING, lookup
+from tunefleet._redact import get_logger
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 __all__ = [
     "CombinedStopper",

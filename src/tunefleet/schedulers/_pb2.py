@@ -22,7 +22,6 @@ import contextlib
 import copy
 import functools
 import importlib
-import logging
 import math
 import random
 import warnings
@@ -30,6 +29,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from tunefleet._metrics import as_number
+from tunefleet._redact import get_logger
 from tunefleet.schedulers._pbt import PopulationBasedTraining
 from tunefleet.space import Float
 from tunefleet.trial import Trial
@@ -42,7 +42,7 @@ _LOCAL = 32  # candidates around each of the best four, per local round
 _FIT_ITERATIONS = 20  # L-BFGS-B iterations per fit (warm-started from the last fit)
 
 Bound = tuple[tuple[str, ...], float, float]  # (key path, low, high)
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 
 class PB2(PopulationBasedTraining):

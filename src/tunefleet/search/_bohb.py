@@ -18,7 +18,6 @@ studies and suggests the same configs.
 from __future__ import annotations
 
 import functools
-import logging
 import math
 import random
 import warnings
@@ -26,6 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tunefleet._metrics import MetricSpec, ModeSpec, metric_value
+from tunefleet._redact import get_logger
 from tunefleet.search._base import Searcher
 from tunefleet.search._shared import (
     category_index,
@@ -51,7 +51,7 @@ from tunefleet.space import (
     resolve,
 )
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 _STATE_VERSION = 1
 _DEFAULTS: dict[str, Any] = {

@@ -18,7 +18,6 @@ optimizer as a pickle in trial attributes: the state holds it as plain arrays in
 from __future__ import annotations
 
 import json
-import logging
 import math
 import numbers
 import random
@@ -26,6 +25,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from tunefleet._metrics import MISSING, MetricSpec, ModeSpec, lookup, metric_value, objectives
+from tunefleet._redact import get_logger
 from tunefleet.search._base import Searcher
 from tunefleet.search._optuna_state import trial_from_data, trial_to_data
 from tunefleet.search._shared import (
@@ -63,7 +63,7 @@ if TYPE_CHECKING:
     from optuna.study import Study
     from optuna.trial import FrozenTrial, Trial
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 _STATE_VERSION = 1
 SAMPLERS = ("tpe", "gp", "cmaes", "qmc", "nsga2", "random")

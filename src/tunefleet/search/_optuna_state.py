@@ -7,16 +7,17 @@ never holds a pickle, and the pickle is rebuilt on restore.
 
 from __future__ import annotations
 
-import logging
 import math
 import pickle
 from typing import TYPE_CHECKING, Any
+
+from tunefleet._redact import get_logger
 
 if TYPE_CHECKING:
     from optuna.distributions import BaseDistribution
     from optuna.trial import FrozenTrial
 
-logger = logging.getLogger("tunefleet.search")
+logger = get_logger("tunefleet.search")
 
 CMA_PREFIXES = ("cma:", "sepcma:")  # CmaEsSampler's optimizer attributes ("<prefix>optimizer:i")
 _ATTR_CHUNK = 2045  # Optuna's limit for one system attribute string

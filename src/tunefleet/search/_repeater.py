@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import copy
-import logging
 import math
 from typing import Any, Final
 
 from tunefleet._metrics import MetricSpec, ModeSpec, metric_value, objectives
+from tunefleet._redact import get_logger
 from tunefleet.search._base import Searcher
 from tunefleet.search._shared import check_state_version
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 TRIAL_INDEX: Final = "__trial_index__"
 """The config key that tells a repeated trial its index in its group (0 .. repeat-1)."""

@@ -13,12 +13,12 @@ A stop request that is not honoured within ``stop_grace_s`` ends in ``ray.kill``
 
 from __future__ import annotations
 
-import logging
 import sys
 import time
 from dataclasses import dataclass, fields
 from typing import Any
 
+from tunefleet._redact import get_logger
 from tunefleet.backends._attempt import (
     limit_deadline,
     timeout_record,
@@ -30,7 +30,7 @@ from tunefleet.resources import PlacementGroupFactory
 from tunefleet.trainable import placement_of
 from tunefleet.trial import FailureKind, FailureRecord
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 _LONG_POLL_S = 1.0  # how long an actor's events() call waits for a message
 _NODES_REFRESH_S = 1.0  # how often the cluster's nodes are read (ray.nodes())
