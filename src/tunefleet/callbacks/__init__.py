@@ -4,6 +4,7 @@ from tunefleet.callbacks._base import Callback
 from tunefleet.callbacks._files import CSVLoggerCallback, JsonLoggerCallback
 from tunefleet.callbacks._mlflow import MLflowLoggerCallback
 from tunefleet.callbacks._tensorboard import TBXLoggerCallback
+from tunefleet.callbacks._wandb import WandbLoggerCallback, setup_wandb
 
 __all__ = [
     "CSVLoggerCallback",
@@ -11,4 +12,6 @@ __all__ = [
     "JsonLoggerCallback",
     "MLflowLoggerCallback",
     "TBXLoggerCallback",
+    "WandbLoggerCallback",
+    "setup_wandb",
 ]
