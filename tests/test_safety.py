@@ -562,3 +562,12 @@ def test_records_of_child_loggers_are_redacted_for_the_users_handlers() -> None:
         root.removeHandler(handler)
     text = stream.getvalue()
     assert text.count("postgresql://bob:***@db/prod") == 2 and "hunter2" not in text
+
+
+def test_an_exception_name_is_not_a_secret_name() -> None:
+    """KeyError: 'learning_rate' names the missing key: it is kept, and not remembered
+    as a secret that would blank the word in every later message."""
+    text = "KeyError: 'learning_rate'"
+    assert redact_text(text) == text
+    assert redact_text("lookup of learning_rate failed") == "lookup of learning_rate failed"
+    assert redact_text("api_key: 'sk-live-9876'") == "api_key: '***'"

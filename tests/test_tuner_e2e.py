@@ -228,6 +228,29 @@ def test_fractional_gpus_share_devices(storage: str, monkeypatch: pytest.MonkeyP
     assert devices == ["0", "0", "1", "1"]
 
 
+def test_declaring_more_gpus_than_detected_gives_made_up_ids(
+    storage: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """RunConfig.resources={"gpu": 2} with one GPU visible: trials are scheduled on
+    ids 0 and 1 (Ray's logical GPUs) with a warning, instead of waiting forever."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    with caplog.at_level("WARNING", logger="tunefleet"):
+        grid = tune.Tuner(
+            tune.with_resources(report_gpu, {"cpu": 0.5, "gpu": 1}),
+            tune_config=tune.TuneConfig(num_samples=2),
+            run_config=tune.RunConfig(
+                storage_path=storage, verbose=0, resources={"cpu": 2, "gpu": 2}
+            ),
+        ).fit()
+    assert sorted(r.metrics["gpus"] for r in grid) == ["0", "1"]
+    assert "resources['gpu']=2 but 1 GPU(s) were detected" in caplog.text
+    with pytest.raises(ValueError, match=r"resources\['gpu'\]=0.5 is not valid"):
+        tune.Tuner(
+            report_gpu,
+            run_config=tune.RunConfig(storage_path=storage, verbose=0, resources={"gpu": 0.5}),
+        ).fit()
+
+
 def test_tune_run_rejects_unknown_keywords(storage: str) -> None:
     with pytest.raises(TypeError, match=r"unknown keyword argument 'num_sample'.*'num_samples'"):
         tune.run(quadratic, num_sample=3, storage_path=storage)

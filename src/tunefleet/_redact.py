@@ -238,9 +238,15 @@ def _bearer_sub(match: re.Match[str]) -> str:
     return match.group("head") + REDACTED
 
 
+_EXCEPTION_NAME = re.compile(r"(Error|Exception|Warning)$")
+
+
 def _assign_sub(match: re.Match[str]) -> str:
     value = match.group("value")
-    if not value or value == REDACTED or not is_secret_key(match.group("name")):
+    name = match.group("name")
+    if not value or value == REDACTED or not is_secret_key(name):
+        return match.group(0)
+    if _EXCEPTION_NAME.search(name):  # "KeyError: 'lr'" names a key, it assigns nothing
         return match.group(0)
     _KNOWN.add(value)
     quote = match.group("q")

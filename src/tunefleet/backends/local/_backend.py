@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, fields
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
+from tunefleet._redact import get_logger
 from tunefleet.backends._attempt import (
     limit_deadline,
     stderr_tail,
@@ -37,6 +38,8 @@ from tunefleet.backends.local._resources import (
 )
 from tunefleet.backends.local._trainable_file import KEY_ENV, new_key, write_trainable_file
 from tunefleet.trial import FailureKind, FailureRecord
+
+logger = get_logger(__name__)
 
 _PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
 
@@ -103,9 +106,7 @@ class LocalBackend(Backend):
         gpu_ids = detect_gpus()
         total = {"cpu": float(detect_cpus()), "gpu": float(len(gpu_ids)), "memory": detect_memory()}
         total.update(resources or {})
-        if total["gpu"] < len(gpu_ids):
-            gpu_ids = gpu_ids[: int(total["gpu"])]
-        self._pool = ResourcePool(total, gpu_ids)
+        self._pool = ResourcePool(total, _gpu_ids(total["gpu"], gpu_ids))
         self._reuse = reuse_actors
         self._memory_usage_threshold = memory_usage_threshold  # node watcher (_memory.py)
         self._stop_grace = stop_grace_s
@@ -510,3 +511,32 @@ def _crash_record(launch: TrialLaunch, returncode: int) -> FailureRecord:
         attempt=launch.attempt,
         checkpoint=launch.checkpoint,
     )
+
+
+def _gpu_ids(declared: float, detected: list[str]) -> list[str]:
+    """The device ids to hand out for `declared` GPUs (RunConfig.resources["gpu"]).
+
+    Fewer than detected: the first ones. More (as Ray does with logical GPUs): the
+    missing ids are made up after the detected ones, with a warning, so trials are
+    scheduled instead of waiting forever for devices that have no id.
+    """
+    if declared < 0 or declared != int(declared):
+        raise ValueError(
+            f"RunConfig.resources['gpu']={declared!r} is not valid: this machine's GPU count "
+            "must be a whole number >= 0 (a trial may ask for a fraction of one)"
+        )
+    count = int(declared)
+    if count <= len(detected):
+        return detected[:count]
+    numbers = [int(g) for g in detected if g.isdigit()]
+    start = max(numbers, default=-1) + 1
+    made_up = [str(start + i) for i in range(count - len(detected))]
+    logger.warning(
+        "RunConfig.resources['gpu']=%d but %d GPU(s) were detected (CUDA_VISIBLE_DEVICES "
+        "or the NVIDIA driver): trials will also be given the device ids %s, which this "
+        "machine may not have",
+        count,
+        len(detected),
+        ",".join(made_up),
+    )
+    return detected + made_up
