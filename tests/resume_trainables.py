@@ -47,3 +47,20 @@ def needs_secrets(config: dict[str, Any]) -> None:
         Path(config["flag"]).touch()
         raise RuntimeError("planned failure")
     tune.report(score=2.0)
+
+
+class Stepper(tune.Trainable):
+    """A class trainable that checkpoints its step count (every iteration in the tests)."""
+
+    def setup(self, config: dict[str, Any]) -> None:
+        self.steps = 0
+
+    def step(self) -> dict[str, Any]:
+        self.steps += 1
+        return {"score": float(self.steps), "steps": self.steps}
+
+    def save_checkpoint(self, checkpoint_dir: str) -> None:
+        Path(checkpoint_dir, "steps").write_text(str(self.steps))
+
+    def load_checkpoint(self, checkpoint_dir: str) -> None:
+        self.steps = int(Path(checkpoint_dir, "steps").read_text())

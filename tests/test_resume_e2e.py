@@ -7,9 +7,11 @@ looking for any process still holding the experiment's trainable file.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -21,7 +23,7 @@ import psutil
 import pytest
 
 import tunefleet as tune
-from resume_trainables import ITERATIONS, counting
+from resume_trainables import ITERATIONS, Stepper, counting
 from tunefleet.store import StoreReader
 from tunefleet.store._check import CorruptStoreError, DriverLock
 
@@ -331,3 +333,42 @@ def test_an_experiment_without_resume_data_is_never_reused_or_deleted(storage: s
         run_config=tune.RunConfig(name="empty", storage_path=storage, verbose=0),
     ).fit()
     assert Path(again.experiment_path) == empty.resolve()
+
+
+def test_a_trial_whose_end_was_not_recorded_does_not_run_past_its_stop(storage: str) -> None:
+    """The driver died after a trial's last result (stop={"training_iteration": 3}, a
+    checkpoint at 3) but before the trial was marked TERMINATED: on resume it ends at
+    once instead of stepping a 4th time."""
+    grid = tune.Tuner(
+        Stepper,
+        param_space={"x": tune.grid_search([1, 2])},
+        tune_config=tune.TuneConfig(metric="score", mode="max"),
+        run_config=tune.RunConfig(
+            name="unrecorded_end",
+            storage_path=storage,
+            verbose=0,
+            stop={"training_iteration": 3},
+            checkpoint_config=tune.CheckpointConfig(checkpoint_frequency=1),
+        ),
+    ).fit()
+    path = grid.experiment_path
+    db = sqlite3.connect(os.path.join(path, "experiment.db"))
+    with db:  # what a driver killed at that moment leaves behind
+        row = db.execute("SELECT trial_id, data FROM trials ORDER BY idx LIMIT 1").fetchone()
+        data = json.loads(row[1])
+        data.update(status="RUNNING", ended_at=None, stop_reason=None)
+        db.execute(
+            "UPDATE trials SET status = 'RUNNING', data = ? WHERE trial_id = ?",
+            (json.dumps(data), row[0]),
+        )
+        db.execute("UPDATE meta SET value = ? WHERE key = 'status'", (json.dumps("running"),))
+    db.close()
+    tune.Tuner.restore(path, Stepper).fit()
+    with StoreReader(path) as reader:
+        trial = reader.trial(row[0])
+        steps = [r["steps"] for r in reader.results(row[0])]
+    assert steps == [1, 2, 3]
+    assert trial.status is tune.TrialStatus.TERMINATED and trial.stop_reason in (
+        "done",
+        "stop criteria",
+    )

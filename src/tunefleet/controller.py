@@ -294,19 +294,27 @@ class Controller:
     def _end_unwanted(self, trials: list[Trial]) -> None:
         """The search is over and the scheduler resumes none of these: they end here."""
         for trial in trials:
-            self.waiting.discard(trial.trial_id)
-            trial.stop_reason = "not resumed by the scheduler"
-            trial.ended_at = time.time()
-            self._set_status(trial, TrialStatus.TERMINATED)
-            self.scheduler.on_trial_remove(trial)
-            self.searcher.on_trial_complete(trial.trial_id, self._clean(trial.last_result))
-            for cb in self.callbacks:
-                cb.on_trial_complete(self.iteration, self.trial_list, trial)
+            self._end_waiting(trial, "not resumed by the scheduler")
+
+    def _end_waiting(self, trial: Trial, reason: str) -> None:
+        """End a trial that is not running (TERMINATED, `reason`), as if it had stopped."""
+        self.waiting.discard(trial.trial_id)
+        trial.stop_reason = reason
+        trial.ended_at = time.time()
+        self._set_status(trial, TrialStatus.TERMINATED)
+        self.scheduler.on_trial_remove(trial)
+        self.searcher.on_trial_complete(trial.trial_id, self._clean(trial.last_result))
+        for cb in self.callbacks:
+            cb.on_trial_complete(self.iteration, self.trial_list, trial)
 
     def _launch(self, trial: Trial) -> None:
         resumed = trial.epoch > 0  # ran before: a retry, a resume, or after a pause
         if resumed:
             self._restart_point(trial)
+            done = self._met_before_restart(trial)
+            if done is not None:  # e.g. the driver died between its last result and its end
+                self._end_waiting(trial, done)
+                return
             if self.spec.storage_url is not None:
                 # Deletes of its checkpoints wait for the remote database; the names may be
                 # written again now, so they run before it starts (and half-written uploads go).
@@ -349,6 +357,23 @@ class Controller:
         for cb in self.callbacks:
             hook = cb.on_trial_restore if resumed else cb.on_trial_start
             hook(self.iteration, self.trial_list, trial)
+
+    def _met_before_restart(self, trial: Trial) -> str | None:
+        """Why `trial` must not run again from its restart point, or None.
+
+        Its result at the checkpoint it would restart from already meets a `stop`
+        criterion or was its last (``done``): running it would add a step past the end.
+        """
+        result = trial.last_result if trial.latest_checkpoint else None
+        if not result:
+            return None
+        if result.get("done"):
+            return "done"
+        for key, bound in self.spec.stop_criteria.items():
+            value = result.get(key)
+            if isinstance(value, (int, float)) and math.isfinite(value) and value >= bound:
+                return "stop criteria"
+        return None
 
     def _checkpoint_home(self, trial: Trial) -> str:
         """Where the trial's checkpoints go: its folder, or its folder in remote storage."""
