@@ -157,16 +157,15 @@ def test_trainable_digits_resumes_after_the_driver_is_killed(storage: str) -> No
         start_new_session=True,
     )
     try:
-        # Kill it once a trial has finished and the running ones are half-way (10 epochs
-        # each). Not near their end: a trial killed after its last result but before it was
-        # marked finished runs one step too many when resumed (a bug, reported).
+        # Kill it once a trial has finished and another has results: whenever that is,
+        # even between a trial's last result and its end, the resumed run must be exact.
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline and driver.poll() is None:
             if (experiment / "experiment.db").exists():
                 seen = snapshot(experiment)
                 done = [t for t, (s, _) in seen.items() if s is tune.TrialStatus.TERMINATED]
                 running = [len(rs) for s, rs in seen.values() if s is tune.TrialStatus.RUNNING]
-                if done and running and max(running) <= 7 and max(running) >= 2:
+                if done and running and max(running) >= 2:
                     break
             time.sleep(0.05)
         assert driver.poll() is None, "the run ended (or failed) before it could be killed"
@@ -198,7 +197,9 @@ def test_trainable_digits_resumes_after_the_driver_is_killed(storage: str) -> No
     for trial_id, results in finished.items():
         assert after[trial_id][1] == results, f"finished trial {trial_id} was run again"
     for trial_id, results in interrupted.items():
-        if len(results) >= 2:  # it had a checkpoint before its latest result
+        # It had a checkpoint before its latest result and steps left (with all 10 in,
+        # it only lacked its end, and is ended without running again).
+        if 2 <= len(results) < 10:
             resumed = {r["resumed_from"] for r in after[trial_id][1]} - {0}
             assert resumed and min(resumed) >= 1, f"{trial_id} did not continue from a checkpoint"
 
