@@ -214,6 +214,7 @@ def test_asha_view_shows_rungs_promotions_and_stops(server: DashboardServer, roo
         sorted(r) for r in state["rungs"][0]
     ]
     assert [r["at"] for r in rungs] == [1, 3, 9]  # grace 1, eta 3, max_t 9
+    assert all(r["exact"] for r in rungs) and sched["time_attr"] == "training_iteration"
     for k, rung in enumerate(rungs):
         values = [e["value"] for e in rung["entries"]]
         assert values == sorted(values)  # best (lowest loss) first
@@ -227,6 +228,22 @@ def test_asha_view_shows_rungs_promotions_and_stops(server: DashboardServer, roo
             else:
                 assert entry["outcome"] == "done" and trial.iteration == 9
     assert sum(r["stopped"] for r in rungs) >= 1 and rungs[0]["promoted"] >= 1
+
+
+def test_an_older_asha_state_without_milestones_gets_estimates() -> None:
+    from tunefleet.dashboard._scheduler import scheduler_view
+
+    history = {"a": [{"training_iteration": i, "loss": 1.0 / i} for i in (1, 2, 3, 4)]}
+    state = {
+        "metric": "loss",
+        "mode": "min",
+        "rungs": [[{"a": -1.0}, {"a": -0.25}]],
+        "promoted": [[[], []]],
+        "bracket": {},
+    }
+    view = scheduler_view({"scheduler": "AsyncHyperBandScheduler"}, state, [], history, [])
+    rungs = view["brackets"][0]["rungs"]
+    assert [(r["at"], r["exact"]) for r in rungs] == [(1, False), (4, False)]
 
 
 def test_pbt_view_shows_the_lineage(server: DashboardServer, root: Path) -> None:

@@ -2,9 +2,9 @@
 
 Derived only from what the store keeps: the scheduler's saved state
 (``reader.state("scheduler")``), the trials, their results and the "exploit"
-events. ASHA's state keeps each rung's scores but not its milestones (those are
-constructor arguments), so a rung's milestone is estimated from the iteration at
-which its members reported the score it holds.
+events. ASHA's state keeps each rung's scores and its milestones; the state of an
+older experiment may lack the milestones, and then a rung's milestone is estimated
+from the iteration at which its members reported the score it holds.
 """
 
 from __future__ import annotations
@@ -47,6 +47,8 @@ def _asha(
     longest = max((t.iteration for t in trials), default=0)
     paused_at: dict[str, int] = state.get("paused_at") or {}
     promotion = bool(paused_at) or any(p for ps in state["promoted"] for p in ps)
+    milestones = state.get("milestones")
+    exact = isinstance(milestones, list) and len(milestones) == len(state["rungs"])
     brackets = []
     for b, rungs in enumerate(state["rungs"]):
         promoted = state["promoted"][b] if b < len(state["promoted"]) else []
@@ -79,14 +81,29 @@ def _asha(
             out_rungs.append(
                 {
                     "rung": k,
-                    "at": min(reached) if reached else None,
+                    "at": _milestone(milestones, b, k) if exact else min(reached, default=None),
+                    "exact": exact,
                     "entries": entries,
                     "promoted": sum(e["outcome"] == "promoted" for e in entries),
                     "stopped": sum(e["outcome"] == "stopped" for e in entries),
                 }
             )
         brackets.append({"bracket": b, "rungs": out_rungs})
-    return {"metric": metric, "mode": mode, "promotion": promotion, "brackets": brackets}
+    time_attr = state.get("time_attr") if exact else "training_iteration"
+    return {
+        "metric": metric,
+        "mode": mode,
+        "promotion": promotion,
+        "time_attr": time_attr,
+        "brackets": brackets,
+    }
+
+
+def _milestone(milestones: Any, b: int, k: int) -> float | None:
+    try:
+        return as_number(milestones[b][k])
+    except (IndexError, TypeError):
+        return None
 
 
 def _matched(

@@ -422,6 +422,9 @@ class AsyncHyperBandScheduler(TrialScheduler):
             "level": self._level,
             "paused_at": self._paused_at,
             "rng": [version, list(internal), gauss],
+            # Not needed to restore (constructor arguments); read by the dashboard.
+            "milestones": self._milestones,
+            "time_attr": self.time_attr,
         }
         if self._objectives is not None:  # lists of metrics and modes, vectors in the rungs
             state["metric"] = [metric for metric, _ in self._objectives]

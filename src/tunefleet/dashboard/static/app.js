@@ -392,8 +392,10 @@
 
   function renderAsha(pg, s, body) {
     body.appendChild(h("p", { class: "muted", text: s.name + (s.promotion ? " (promotion form)"
-      : " (stopping form)") + ": each rung keeps the metric a trial had when it reached it; " +
-      "\u2248 is the estimated milestone (training_iteration)." }));
+      : " (stopping form)") + ": each rung keeps the metric a trial had when it reached its milestone (" +
+      (s.time_attr || "training_iteration") + ")" +
+      (s.brackets.some((b) => b.rungs.some((r) => !r.exact)) ? "; \u2248: estimated" : "") +
+      "." }));
     for (const b of s.brackets) {
       if (s.brackets.length > 1) body.appendChild(h("h3", { text: "Bracket " + b.bracket }));
       const plot = h("div", { class: "rung-plot" });
@@ -406,7 +408,7 @@
           text: Array.isArray(e.value) ? e.value.map(fmt).join(", ") : fmt(e.value) }),
           h("td", { class: "outcome-" + e.outcome, text: e.outcome })))));
         row.appendChild(h("div", { class: "rung" }, h("h3", { text: "Rung " + r.rung +
-          (r.at === null ? "" : " (\u2248" + fmt(r.at) + ")") + ": " + r.entries.length +
+          (r.at === null ? "" : " (" + (r.exact ? "" : "\u2248") + fmt(r.at) + ")") + ": " + r.entries.length +
           " trials, " + r.promoted + " promoted, " + r.stopped + " stopped" }), list));
       }
       body.appendChild(row);

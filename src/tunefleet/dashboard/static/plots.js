@@ -199,7 +199,7 @@
     const x = scale(-0.5, n - 0.5, box.l, box.r, false);
     x.ticks = () => bracket.rungs.map((_, k) => k);
     const y = scale(y0 - pad, y1 + pad, box.b, box.t, false);
-    axes(svg, x, y, box, "rung (\u2248 milestone)", opts.yLabel || "metric");
+    axes(svg, x, y, box, "rung (milestone)", opts.yLabel || "metric");
     const paths = {};
     bracket.rungs.forEach((r, k) => {
       for (const e of r.entries) {
@@ -221,7 +221,8 @@
           "data-outcome": e.outcome }, svg);
         tip(dot, e.trial_id + ": " + fmt(e.value) + " (" + e.outcome + ")");
       });
-      const label = r.at === null ? "rung " + k : "rung " + k + " (\u2248" + fmt(r.at) + ")";
+      const label = r.at === null ? "rung " + k
+        : "rung " + k + " (" + (r.exact ? "" : "\u2248") + fmt(r.at) + ")";
       text(svg, x(k), box.t + 2, label, { "text-anchor": "middle" });
     });
     let ly = box.t + 10;
