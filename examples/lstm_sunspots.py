@@ -112,7 +112,8 @@ class Forecaster(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out, _ = self.lstm(x)
-        return self.head(self.dropout(out[:, -1, :]))
+        prediction: torch.Tensor = self.head(self.dropout(out[:, -1, :]))
+        return prediction
 
 
 def build(config: dict[str, Any]) -> tuple[Forecaster, torch.optim.Optimizer]:
@@ -143,7 +144,7 @@ def train_lstm(config: dict[str, Any], values: list[float], epochs: int) -> None
     for epoch in range(start, epochs):
         model.train()
         total = 0.0
-        for batch in torch.randperm(n_train).split(BATCH_SIZE):
+        for batch in torch.split(torch.randperm(n_train), BATCH_SIZE):
             optimizer.zero_grad()
             loss = loss_fn(model(data.x_train[batch]), data.y_train[batch])
             loss.backward()

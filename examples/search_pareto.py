@@ -14,6 +14,7 @@ vs size is printed at the end.
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 import numpy as np
 
@@ -22,7 +23,7 @@ from tunefleet.schedulers import ASHAScheduler
 from tunefleet.search import OptunaSearch
 
 
-def train(config: dict) -> None:
+def train(config: dict[str, Any]) -> None:
     from sklearn.datasets import load_digits
 
     x, y = load_digits(return_X_y=True)

@@ -240,6 +240,10 @@ class StatusReporter:
             f"Inspect: tunefleet show {experiment_path} | tunefleet best {experiment_path}"
             + (f" | tunefleet errors {experiment_path}" if failed else "")
         )
+        lines.append(
+            f"Watch or share: tunefleet dashboard {experiment_path} | "
+            f"tunefleet report {experiment_path} --out report.html"
+        )
         return "\n".join(lines)
 
     def finish(
