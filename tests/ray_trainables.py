@@ -87,6 +87,15 @@ def crashes(config: dict[str, Any]) -> None:
         os._exit(3)
 
 
+def gpu_oom(config: dict[str, Any]) -> None:
+    """Reports its pid; `oom` raises an error of torch.cuda.OutOfMemoryError's name and
+    module (without torch), as a trial out of GPU memory does."""
+    tune.report({"score": config["x"], "pid": os.getpid()})
+    if config["x"] == 1:
+        error = type("OutOfMemoryError", (RuntimeError,), {"__module__": "torch.cuda"})
+        raise error("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+
 def hungry(config: dict[str, Any]) -> None:
     """Grows by 100 MB every 50 ms up to `gb` GB (x == 1); the others report 3 times."""
     if config["x"] == 1:

@@ -19,6 +19,7 @@ from ray_trainables import (  # noqa: E402
     crashes,
     data_parallel,
     events,
+    gpu_oom,
     resources_returned,
     run,
     shutdown_and_check,
@@ -96,6 +97,20 @@ def test_a_crash_is_an_error_with_its_cause(local_ray: None, storage: str) -> No
     assert failure is not None and failure.kind == FailureKind.CRASH
     assert "Ray actor" in str(failure) and "died without reporting an error" in str(failure)
     assert "about to die" in (failure.stderr_tail or "")
+
+
+def test_a_gpu_oom_is_classified_and_its_actor_not_reused(local_ray: None, storage: str) -> None:
+    """The Ray backend runs the local worker's loop, so a CUDA OOM is GPU_OOM there too;
+    its actor (and the CUDA cache it holds) is ended, not handed the next trial."""
+    grid = run(gpu_oom, {"x": tune.grid_search([0, 1, 2])}, storage, max_concurrent_trials=1)
+    by_x = {r.config["x"]: r for r in grid}
+    failure = by_x[1].error
+    assert failure is not None and failure.failure.kind is FailureKind.GPU_OOM, failure
+    assert "out of GPU memory" in failure.failure.message
+    assert by_x[0].error is None and by_x[2].error is None
+    pids = [by_x[x].metrics["pid"] for x in (0, 1, 2)]
+    assert pids[0] == pids[1], "the actor is reused until the OOM"
+    assert pids[2] != pids[1], "the OOM's actor is not reused"
 
 
 def test_a_stop_condition_ends_the_trial_on_time(local_ray: None, storage: str) -> None:

@@ -373,6 +373,9 @@ class RayBackend(Backend):
             events.append(event)
             if isinstance(event, (Finished, Failed)):
                 self._release(actor)
+            memory = (FailureKind.OOM, FailureKind.GPU_OOM)
+            if isinstance(event, Failed) and event.failure.kind in memory and not actor.killed:
+                self._kill(actor)  # not reused: the next trial gets the memory (GPU's too) back
 
     def _release(self, actor: _Actor) -> None:
         launch = actor.launch
