@@ -9,71 +9,36 @@ store records, callbacks watch.
 from __future__ import annotations
 
 import logging
-import math
 import os
-import signal
-import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
-from tunefleet._metrics import MISSING, as_number, lookup, metric_value, objectives
+from tunefleet._controller_util import CtrlC, warn_if_slow
+from tunefleet._decisions import can_exploit, checked_resize
+from tunefleet._experiment_spec import ExperimentSpec
+from tunefleet._objective_filter import NanObjective, ObjectiveFilter
 from tunefleet._paths import safe_child, trial_dirname
+from tunefleet._restart import checkpoint_home, copy_for_exploit, met_before_restart, restart_point
 from tunefleet.backends._base import Backend, Event, Finished, Results, TrialLaunch
 from tunefleet.callbacks import Callback
 from tunefleet.checkpoint import (
     Checkpoint,
     CheckpointKeeper,
     delete_checkpoints,
-    latest_valid,
-    persist_checkpoint,
     remove_temporaries,
 )
-from tunefleet.resources import normalize_resources
 from tunefleet.schedulers._base import Cluster, Decision, Exploit, Resize, TrialScheduler
 from tunefleet.schedulers._candidates import Candidates
 from tunefleet.search._base import FINISHED, Searcher
 from tunefleet.trial import PAUSED_BY_SCHEDULER, FailureKind, FailureRecord, Trial, TrialStatus
 
+__all__ = ["Controller", "ExperimentSpec"]  # ExperimentSpec lives in _experiment_spec.py
+
 logger = logging.getLogger("tunefleet")
 
 _POLL_S = 0.05
 _COMMIT_EVERY_S = 0.02
-_SLOW_HOOK_S = 0.5
-
-
-@dataclass
-class ExperimentSpec:
-    """What the controller needs to know about the experiment (plain data)."""
-
-    name: str
-    path: str
-    trainable_name: str
-    resources: dict[str, float]
-    metric: str | list[str] | None = None  # a list: several objectives
-    mode: str | list[str] | None = None
-    num_samples: int = 1
-    max_concurrent: int = 1
-    time_budget_s: float | None = None
-    max_failures: int = 0
-    node_loss_counts: bool = False  # NODE_LOST uses up one of max_failures
-    fail_fast: bool | str = False
-    trial_timeout_s: float | None = None
-    heartbeat_timeout_s: float | None = None
-    nan_policy: str = "error"
-    constraints: list[str] = field(default_factory=list)  # reported names, feasible <= 0
-    elapsed_before_s: float = 0.0  # run time of earlier drivers of this experiment (resume)
-    restart_from_scratch: set[str] = field(default_factory=set)  # resume: ignore checkpoints
-    retry_base: dict[str, int] = field(default_factory=dict)  # resume: attempts already used
-    stop_criteria: dict[str, float] = field(default_factory=dict)
-    checkpoint_frequency: int = 0
-    checkpoint_at_end: bool = False
-    trial_name_creator: Callable[[Trial], str] | None = None
-    trial_dirname_creator: Callable[[Trial], str] | None = None
-    id_prefix: str = "t"
-    storage_url: str | None = None  # the experiment in remote storage: checkpoints go there
-    storage_filesystem: Any = None  # the fsspec filesystem reaching it (for the trial side)
 
 
 class Controller:
@@ -124,11 +89,9 @@ class Controller:
         self.fatal_trial_error: BaseException | None = None  # fail_fast="raise"
         self.iteration = 0
         self._started = clock()
-        self._missing_metric_warned: set[str] = set()
-        self._ctrl_c = _CtrlC()
-        # The objectives: one (metric, mode), or several (multi-objective search).
-        self._objectives = objectives(spec.metric, spec.mode)
-        self._worst: dict[str, float] = {}  # worst finite value per objective (nan_policy)
+        self._ctrl_c = CtrlC()
+        # What searchers and schedulers see of each result (one objective or several).
+        self._filter = ObjectiveFilter(spec.metric, spec.mode, nan_policy=spec.nan_policy)
         self._to_delete: list[str] = []  # checkpoints to delete after the next commit
         self._committed = 0.0  # time.monotonic() of the last commit
         self._exploits: dict[str, Exploit] = {}  # decided, carried out when the trial pauses
@@ -145,7 +108,7 @@ class Controller:
     def run(self) -> None:
         for cb in self.callbacks:
             cb.setup(stop=self.stopper, num_samples=self.spec.num_samples)
-        with _CtrlC() as ctrl_c:
+        with CtrlC() as ctrl_c:
             self._ctrl_c = ctrl_c
             try:
                 while not self.is_finished():
@@ -253,7 +216,7 @@ class Controller:
         trial_id = f"{self.spec.id_prefix}_{len(self.trials):05d}"
         started = time.perf_counter()
         config = self.searcher.suggest(trial_id)
-        _warn_if_slow(started, f"{type(self.searcher).__name__}.suggest")
+        warn_if_slow(started, f"{type(self.searcher).__name__}.suggest")
         if config is None:
             self._starved = True
             return None
@@ -303,7 +266,7 @@ class Controller:
         trial.ended_at = time.time()
         self._set_status(trial, TrialStatus.TERMINATED)
         self.scheduler.on_trial_remove(trial)
-        self.searcher.on_trial_complete(trial.trial_id, self._clean(trial.last_result))
+        self.searcher.on_trial_complete(trial.trial_id, self._filter.clean(trial.last_result))
         for cb in self.callbacks:
             cb.on_trial_complete(self.iteration, self.trial_list, trial)
 
@@ -311,7 +274,7 @@ class Controller:
         resumed = trial.epoch > 0  # ran before: a retry, a resume, or after a pause
         if resumed:
             self._restart_point(trial)
-            done = self._met_before_restart(trial)
+            done = met_before_restart(trial, self.spec.stop_criteria)
             if done is not None:  # e.g. the driver died between its last result and its end
                 self._end_waiting(trial, done)
                 return
@@ -358,67 +321,18 @@ class Controller:
             hook = cb.on_trial_restore if resumed else cb.on_trial_start
             hook(self.iteration, self.trial_list, trial)
 
-    def _met_before_restart(self, trial: Trial) -> str | None:
-        """Why `trial` must not run again from its restart point, or None.
-
-        Its result at the checkpoint it would restart from already meets a `stop`
-        criterion or was its last (``done``): running it would add a step past the end.
-        """
-        result = trial.last_result if trial.latest_checkpoint else None
-        if not result:
-            return None
-        if result.get("done"):
-            return "done"
-        for key, bound in self.spec.stop_criteria.items():
-            value = result.get(key)
-            if isinstance(value, (int, float)) and math.isfinite(value) and value >= bound:
-                return "stop criteria"
-        return None
-
     def _checkpoint_home(self, trial: Trial) -> str:
-        """Where the trial's checkpoints go: its folder, or its folder in remote storage."""
-        if self.spec.storage_url is None:
-            return trial.path
-        rel = os.path.relpath(trial.path, self.spec.path).replace(os.sep, "/")
-        return f"{self.spec.storage_url}/{rel}"
+        return checkpoint_home(trial.path, self.spec.path, self.spec.storage_url)
 
     def _restart_point(self, trial: Trial) -> None:
         """Before a trial runs again: its newest valid checkpoint, results rewound to it."""
         if trial.trial_id in self._restore_from:  # exploited: the copied checkpoint, as is
             trial.latest_checkpoint = self._restore_from.pop(trial.trial_id)
             return
-        kept = self.store.checkpoints_of(trial.trial_id)
-        if trial.trial_id in self.spec.restart_from_scratch:
-            self.spec.restart_from_scratch.discard(trial.trial_id)
-            kept = []
-        remove_temporaries(trial.path)  # what a killed writer left; no attempt runs now
-        chosen, skipped = latest_valid([path for path, _, _ in kept])
-        for path, reason in skipped:
-            self.keeper.forget(trial.trial_id, path)
-            self._to_delete.append(path)
-            logger.warning(
-                "Trial %s: checkpoint %s is not usable (%s); using an older one",
-                trial.trial_id,
-                path,
-                reason,
-            )
-            self.store.add_event(
-                trial.trial_id, "checkpoint_invalid", {"path": path, "why": reason}
-            )
-            self.store.mark_checkpoint_deleted(path)
-        iteration, result = 0, None
-        for path, it, metrics in kept:
-            if path == chosen:
-                iteration, result = it, metrics
-        trial.latest_checkpoint = chosen
-        trial.checkpoint_iteration = iteration
-        trial.checkpoint_time_total = float((result or {}).get("time_total_s", 0.0))
-        if trial.iteration > iteration:
-            trial.num_results = self.store.rewind_results(trial.trial_id, iteration)
-            trial.last_result = result
-            self.store.add_event(
-                trial.trial_id, "rewound", {"to_iteration": iteration, "checkpoint": chosen}
-            )
+        from_scratch = trial.trial_id in self.spec.restart_from_scratch
+        self.spec.restart_from_scratch.discard(trial.trial_id)
+        unusable = restart_point(trial, self.store, self.keeper, from_scratch=from_scratch)
+        self._to_delete.extend(unusable)
 
     # -- phase 2: apply events ---------------------------------------------------------------
     def _apply(self, event: Event) -> None:
@@ -453,8 +367,9 @@ class Controller:
         if checkpoint:
             self._on_checkpoint(trial, checkpoint, result)
         decision = Decision.CONTINUE
-        seen = self._for_algorithms(trial, result)
-        if seen is _NAN_FAILED:
+        seen = self._filter.for_algorithms(trial.trial_id, result)
+        if isinstance(seen, NanObjective):
+            self._fail_on_nan(trial, result, seen)
             return
         if seen is not None:  # the scheduler first, as in Ray (HyperBandForBOHB annotates)
             decision = self._scheduler_decision(trial, seen)
@@ -488,146 +403,40 @@ class Controller:
     def _scheduler_decision(self, trial: Trial, result: dict[str, Any]) -> Decision:
         """The scheduler's decision; an `Exploit` becomes a PAUSE, carried out on pause."""
         decision = self.scheduler.on_trial_result(trial, result)
+        name = type(self.scheduler).__name__
         if isinstance(decision, Exploit):
             if not self._can_exploit(trial, decision):
                 return Decision.CONTINUE
             self._exploits[trial.trial_id] = decision
             decision = Decision.PAUSE
         elif isinstance(decision, Resize):
-            resources = self._checked_resize(trial, decision)
+            resources = checked_resize(trial.trial_id, decision, name, self.backend.unfit_reason)
             if resources is None:
                 return Decision.CONTINUE
             self._resizes[trial.trial_id] = resources
             decision = Decision.PAUSE
         if decision is not Decision.CONTINUE:
-            trial.stop_reason = f"scheduler ({type(self.scheduler).__name__})"
+            trial.stop_reason = f"scheduler ({name})"
         return decision
 
-    def _checked_resize(self, trial: Trial, resize: Resize) -> dict[str, float] | None:
-        """The new resources, or None (with a warning) when they can never fit."""
-        name = type(self.scheduler).__name__
-        try:
-            resources = normalize_resources(dict(resize.resources), f"{name}: Resize.resources")
-        except (TypeError, ValueError) as exc:
-            logger.warning("Trial %s: %s; it continues unchanged", trial.trial_id, exc)
-            return None
-        unfit = self.backend.unfit_reason(resources)
-        if unfit is not None:
-            logger.warning(
-                "Trial %s: %s asked for %s, which never fits (%s); it continues unchanged",
-                trial.trial_id,
-                name,
-                resources,
-                unfit,
-            )
-            return None
-        return resources
-
     def _can_exploit(self, trial: Trial, exploit: Exploit) -> bool:
-        source = self.trials.get(exploit.source_trial_id)
-        if source is None or source.latest_checkpoint is None or source is trial:
-            logger.warning(
-                "Trial %s: %s asked to exploit trial %s, which has no checkpoint; "
-                "it continues unchanged",
-                trial.trial_id,
-                type(self.scheduler).__name__,
-                exploit.source_trial_id,
-            )
-            return False
-        return True
+        return can_exploit(trial, exploit, self.trials, type(self.scheduler).__name__)
 
     def _exploit(self, trial: Trial, exploit: Exploit) -> None:
         """Give the paused trial a copy of the source's checkpoint and the new config."""
         source = self.trials[exploit.source_trial_id]
-        assert source.latest_checkpoint is not None
-        copied = persist_checkpoint(
-            source.latest_checkpoint, self._checkpoint_home(trial), source.checkpoint_iteration
-        )
-        result = dict(source.last_result or {})
-        self.store.add_event(
-            trial.trial_id,
-            "exploit",
-            {
-                "source": source.trial_id,
-                "source_checkpoint": source.latest_checkpoint,
-                "iteration": source.checkpoint_iteration,
-                "at_iteration": trial.iteration,
-                "old_config": trial.config,
-                "new_config": exploit.new_config,
-            },
-        )
-        trial.config = exploit.new_config
-        trial.latest_checkpoint = copied
-        trial.checkpoint_iteration = source.checkpoint_iteration
-        trial.checkpoint_time_total = source.checkpoint_time_total
-        self.store.add_checkpoint(trial.trial_id, source.checkpoint_iteration, copied, result)
-        for dropped in self.keeper.add(trial.trial_id, copied, result):
-            self.store.mark_checkpoint_deleted(dropped)
-            self._to_delete.append(dropped)
+        home = self._checkpoint_home(trial)
+        copied, dropped = copy_for_exploit(trial, source, exploit, home, self.store, self.keeper)
+        self._to_delete.extend(dropped)
         self._restore_from[trial.trial_id] = copied
 
-    def _for_algorithms(self, trial: Trial, result: dict[str, Any]) -> Any:
-        """The result as searchers and schedulers see it: never with a NaN objective.
-
-        None: they do not see it (an objective missing). `_NAN_FAILED`: an objective was
-        NaN or infinite and the trial failed (nan_policy="error"). With "worst", the
-        value is replaced by the worst finite value of that objective seen so far.
-        """
-        if not self._usable(trial, result):
-            return None
-        seen = result
-        for metric, mode in self._objectives:
-            value = metric_value(result, metric)
-            assert value is not None  # _usable checked it is a number
-            if math.isfinite(value):
-                self._note_worst(metric, mode, value)
-                continue
-            if self.spec.nan_policy == "worst":
-                worst = self._worst.get(metric)
-                if worst is None:
-                    return None
-                seen = _with_value(seen, metric, worst)
-                continue
-            self.stopping.add(trial.trial_id)
-            self.backend.stop_trial(trial.trial_id, trial.epoch)
-            self._on_failed(
-                trial,
-                FailureRecord(
-                    kind=FailureKind.NAN_METRIC,
-                    message=(
-                        f"metric {metric!r} is {value} at iteration "
-                        f"{result.get('training_iteration')} (FailureConfig.nan_policy="
-                        "'error'; 'worst' would count it as the worst value seen)"
-                    ),
-                ),
-            )
-            self.store.update_trial(trial)
-            return _NAN_FAILED
-        return seen
-
-    def _note_worst(self, metric: str, mode: str, value: float) -> None:
-        worst = self._worst.get(metric)
-        if worst is None or (value > worst) == (mode != "max"):
-            self._worst[metric] = value
-
-    def _usable(self, trial: Trial, result: dict[str, Any]) -> bool:
-        """Whether every objective is present and a number (NaN included: see above)."""
-        for metric, _ in self._objectives:
-            raw = lookup(result, metric)
-            if raw is MISSING:
-                if trial.trial_id not in self._missing_metric_warned:
-                    self._missing_metric_warned.add(trial.trial_id)
-                    logger.warning(
-                        "Trial %s reported a result without the metric %r (it has: %s); "
-                        "such results are recorded but not used by the searcher or scheduler",
-                        trial.trial_id,
-                        metric,
-                        ", ".join(sorted(k for k in result if k not in _AUTO_KEYS)) or "nothing",
-                    )
-                return False
-            if as_number(raw) is None:
-                return False
-        return True
+    def _fail_on_nan(self, trial: Trial, result: dict[str, Any], nan: NanObjective) -> None:
+        """An objective is NaN or infinite (nan_policy="error"): the trial fails."""
+        self.stopping.add(trial.trial_id)
+        self.backend.stop_trial(trial.trial_id, trial.epoch)
+        message = nan.message(result.get("training_iteration"))
+        self._on_failed(trial, FailureRecord(kind=FailureKind.NAN_METRIC, message=message))
+        self.store.update_trial(trial)
 
     def _on_checkpoint(self, trial: Trial, path: str, result: dict[str, Any]) -> None:
         trial.latest_checkpoint = path
@@ -676,7 +485,7 @@ class Controller:
         trial.ended_at = time.time()
         trial.error = None  # an earlier attempt's failure stays in the events
         self._set_status(trial, TrialStatus.TERMINATED)
-        self.searcher.on_trial_complete(trial.trial_id, self._clean(trial.last_result))
+        self.searcher.on_trial_complete(trial.trial_id, self._filter.clean(trial.last_result))
         self.scheduler.on_trial_complete(trial, trial.last_result)
         for cb in self.callbacks:
             cb.on_trial_complete(self.iteration, self.trial_list, trial)
@@ -713,7 +522,9 @@ class Controller:
         trial.error = failure
         trial.ended_at = time.time()
         self._set_status(trial, TrialStatus.ERROR)
-        self.searcher.on_trial_complete(trial.trial_id, self._clean(trial.last_result), error=True)
+        self.searcher.on_trial_complete(
+            trial.trial_id, self._filter.clean(trial.last_result), error=True
+        )
         self.scheduler.on_trial_error(trial)
         for cb in self.callbacks:
             cb.on_trial_error(self.iteration, self.trial_list, trial)
@@ -723,16 +534,6 @@ class Controller:
                 from tunefleet.results import TrialError
 
                 self.fatal_trial_error = TrialError(failure, trial.trial_id)
-
-    def _clean(self, result: dict[str, Any] | None) -> dict[str, Any] | None:
-        """The result for a searcher: None unless every objective is present and finite."""
-        if result is None:
-            return None
-        for metric, _ in self._objectives:
-            value = metric_value(result, metric)
-            if value is None or not math.isfinite(value):
-                return None
-        return result
 
     # -- phase 3: experiment-level stop -----------------------------------------------------
     def _check_experiment_stop(self) -> None:
@@ -804,71 +605,3 @@ class Controller:
         self.store.save_state("scheduler", self.scheduler.get_state())
         if self.stopper is not None:
             self.store.save_state("stopper", self.stopper.get_state())
-
-
-_NAN_FAILED = object()
-
-
-def _with_value(result: dict[str, Any], metric: str, value: float) -> dict[str, Any]:
-    """A copy of `result` with `metric` (a key or an "a/b" path) set to `value`."""
-    if metric in result or "/" not in metric:
-        return {**result, metric: value}
-    head, rest = metric.split("/", 1)
-    inner = result.get(head)
-    return {**result, head: _with_value(inner if isinstance(inner, dict) else {}, rest, value)}
-
-
-class _CtrlC:
-    """Counts Ctrl-C presses during a run instead of raising wherever the driver is.
-
-    A KeyboardInterrupt raised in the middle of reading a worker's message would cut
-    it in half and leave the stream unreadable; the loop checks `presses` between
-    steps instead. The first press winds down (trials stopped, results kept), the
-    second kills the trials at once, the third raises KeyboardInterrupt where the
-    driver is (a last resort if something hangs). Only the main thread gets signals,
-    so from another thread this does nothing.
-    """
-
-    def __init__(self) -> None:
-        self.presses = 0
-        self._installed = False
-        self._previous: Any = None
-
-    def __enter__(self) -> _CtrlC:
-        if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGINT, self._on_sigint)
-            self._installed = True
-        return self
-
-    def _on_sigint(self, signum: int, frame: Any) -> None:
-        self.presses += 1
-        if self.presses >= 3:
-            raise KeyboardInterrupt
-
-    def __exit__(self, *exc: object) -> None:
-        if self._installed:
-            previous = signal.SIG_DFL if self._previous is None else self._previous
-            signal.signal(signal.SIGINT, previous)
-            self._installed = False
-
-
-_AUTO_KEYS = frozenset(
-    {
-        "training_iteration",
-        "time_this_iter_s",
-        "time_total_s",
-        "time_since_restore",
-        "iterations_since_restore",
-        "timestamp",
-        "trial_id",
-        "pid",
-        "done",
-        "checkpoint_dir_name",
-    }
-)
-
-
-def _warn_if_slow(started: float, what: str) -> None:
-    elapsed = time.perf_counter() - started
-    if elapsed > _SLOW_HOOK_S:
-        logger.warning("%s took %.2fs; the controller waits for it", what, elapsed)

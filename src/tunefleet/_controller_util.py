@@ -1,0 +1,54 @@
+"""Small helpers of the controller: Ctrl-C handling between steps, slow-hook warnings."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from typing import Any
+
+logger = logging.getLogger("tunefleet")
+
+_SLOW_HOOK_S = 0.5
+
+
+class CtrlC:
+    """Counts Ctrl-C presses during a run instead of raising wherever the driver is.
+
+    A KeyboardInterrupt raised in the middle of reading a worker's message would cut
+    it in half and leave the stream unreadable; the loop checks `presses` between
+    steps instead. The first press winds down (trials stopped, results kept), the
+    second kills the trials at once, the third raises KeyboardInterrupt where the
+    driver is (a last resort if something hangs). Only the main thread gets signals,
+    so from another thread this does nothing.
+    """
+
+    def __init__(self) -> None:
+        self.presses = 0
+        self._installed = False
+        self._previous: Any = None
+
+    def __enter__(self) -> CtrlC:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._on_sigint)
+            self._installed = True
+        return self
+
+    def _on_sigint(self, signum: int, frame: Any) -> None:
+        self.presses += 1
+        if self.presses >= 3:
+            raise KeyboardInterrupt
+
+    def __exit__(self, *exc: object) -> None:
+        if self._installed:
+            previous = signal.SIG_DFL if self._previous is None else self._previous
+            signal.signal(signal.SIGINT, previous)
+            self._installed = False
+
+
+def warn_if_slow(started: float, what: str) -> None:
+    """Warn when a user hook that began at `started` (`time.perf_counter()`) was slow."""
+    elapsed = time.perf_counter() - started
+    if elapsed > _SLOW_HOOK_S:
+        logger.warning("%s took %.2fs; the controller waits for it", what, elapsed)

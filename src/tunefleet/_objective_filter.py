@@ -1,0 +1,135 @@
+"""What searchers and schedulers see of a result: every objective present and finite.
+
+The store and callbacks get each result as reported; `ObjectiveFilter` decides what
+the algorithms get under `FailureConfig.nan_policy`, and remembers the worst finite
+value of each objective for ``nan_policy="worst"``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from tunefleet._metrics import (
+    MISSING,
+    MetricSpec,
+    ModeSpec,
+    as_number,
+    lookup,
+    metric_value,
+    objectives,
+)
+
+logger = logging.getLogger("tunefleet")
+
+_AUTO_KEYS = frozenset(
+    {
+        "training_iteration",
+        "time_this_iter_s",
+        "time_total_s",
+        "time_since_restore",
+        "iterations_since_restore",
+        "timestamp",
+        "trial_id",
+        "pid",
+        "done",
+        "checkpoint_dir_name",
+    }
+)
+
+
+@dataclass(frozen=True)
+class NanObjective:
+    """An objective was NaN or infinite with ``nan_policy="error"``: the trial fails."""
+
+    metric: str
+    value: float
+
+    def message(self, iteration: Any) -> str:
+        return (
+            f"metric {self.metric!r} is {self.value} at iteration "
+            f"{iteration} (FailureConfig.nan_policy="
+            "'error'; 'worst' would count it as the worst value seen)"
+        )
+
+
+class ObjectiveFilter:
+    """Checks each result's objectives (one metric and mode, or several) for the algorithms."""
+
+    def __init__(self, metric: MetricSpec, mode: ModeSpec, *, nan_policy: str) -> None:
+        self.objectives = objectives(metric, mode)
+        self.nan_policy = nan_policy
+        self._worst: dict[str, float] = {}  # worst finite value per objective
+        self._missing_warned: set[str] = set()  # trials warned about a missing objective
+
+    def for_algorithms(
+        self, trial_id: str, result: dict[str, Any]
+    ) -> dict[str, Any] | NanObjective | None:
+        """The result as searchers and schedulers see it: never with a NaN objective.
+
+        None: they do not see it (an objective missing). `NanObjective`: an objective
+        was NaN or infinite and the trial fails (nan_policy="error"). With "worst", the
+        value is replaced by the worst finite value of that objective seen so far.
+        """
+        if not self._usable(trial_id, result):
+            return None
+        seen = result
+        for metric, mode in self.objectives:
+            value = metric_value(result, metric)
+            assert value is not None  # _usable checked it is a number
+            if math.isfinite(value):
+                self._note_worst(metric, mode, value)
+                continue
+            if self.nan_policy == "worst":
+                worst = self._worst.get(metric)
+                if worst is None:
+                    return None
+                seen = _with_value(seen, metric, worst)
+                continue
+            return NanObjective(metric, value)
+        return seen
+
+    def clean(self, result: dict[str, Any] | None) -> dict[str, Any] | None:
+        """The result for a searcher: None unless every objective is present and finite."""
+        if result is None:
+            return None
+        for metric, _ in self.objectives:
+            value = metric_value(result, metric)
+            if value is None or not math.isfinite(value):
+                return None
+        return result
+
+    def _note_worst(self, metric: str, mode: str, value: float) -> None:
+        worst = self._worst.get(metric)
+        if worst is None or (value > worst) == (mode != "max"):
+            self._worst[metric] = value
+
+    def _usable(self, trial_id: str, result: dict[str, Any]) -> bool:
+        """Whether every objective is present and a number (NaN included: see above)."""
+        for metric, _ in self.objectives:
+            raw = lookup(result, metric)
+            if raw is MISSING:
+                if trial_id not in self._missing_warned:
+                    self._missing_warned.add(trial_id)
+                    logger.warning(
+                        "Trial %s reported a result without the metric %r (it has: %s); "
+                        "such results are recorded but not used by the searcher or scheduler",
+                        trial_id,
+                        metric,
+                        ", ".join(sorted(k for k in result if k not in _AUTO_KEYS)) or "nothing",
+                    )
+                return False
+            if as_number(raw) is None:
+                return False
+        return True
+
+
+def _with_value(result: dict[str, Any], metric: str, value: float) -> dict[str, Any]:
+    """A copy of `result` with `metric` (a key or an "a/b" path) set to `value`."""
+    if metric in result or "/" not in metric:
+        return {**result, metric: value}
+    head, rest = metric.split("/", 1)
+    inner = result.get(head)
+    return {**result, head: _with_value(inner if isinstance(inner, dict) else {}, rest, value)}
