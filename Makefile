@@ -36,6 +36,8 @@ check: $(STAMP)
 	$(BIN)/mypy --strict
 	# The examples too, but the Ray Tune script kept as Ray Tune users write it.
 	$(BIN)/mypy --strict $(filter-out examples/from_ray_tune.py,$(wildcard examples/*.py))
+	# And the benchmarks (they import the examples' LSTM).
+	MYPYPATH=examples $(BIN)/mypy --strict $(wildcard benchmarks/*.py)
 
 bench: $(BENCH_STAMP)
 	$(BIN)/python benchmarks/overhead.py

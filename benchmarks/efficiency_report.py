@@ -352,7 +352,7 @@ def plot_speedups(args: argparse.Namespace, refs: dict[str, Any], all_rows: Any)
         q: {m: speedup_cells(refs, all_rows, m, q) for m in everywhere}
         for q in args.target_quantiles
     }
-    bounds = {}
+    bounds: dict[str, dict[str, float]] = {}
     for q in args.target_quantiles:
         bounds[q] = {}
         for name, rows in all_rows.items():

@@ -55,7 +55,7 @@ import numpy as np
 
 import tunefleet as tune
 from tunefleet.backends.simulated import SimulatedTrainable
-from tunefleet.schedulers import Decision, Exploit, PopulationBasedTraining, pbt_schedule
+from tunefleet.schedulers import Decision, Exploit, PopulationBasedTraining, Resize, pbt_schedule
 from tunefleet.search import BasicVariantGenerator
 from tunefleet.trial import Trial
 
@@ -163,7 +163,7 @@ class LineagePBT(PopulationBasedTraining):
         super().on_trial_add(trial)
         self.trials[trial.trial_id] = trial
 
-    def on_trial_result(self, trial: Trial, result: dict[str, Any]) -> Decision | Exploit:
+    def on_trial_result(self, trial: Trial, result: dict[str, Any]) -> Decision | Exploit | Resize:
         decision = super().on_trial_result(trial, result)
         self.last_iteration[trial.trial_id] = result["training_iteration"]
         if isinstance(decision, Exploit) and ITERATIONS in (

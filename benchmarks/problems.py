@@ -57,11 +57,11 @@ def _curve(config: Config, budget: int) -> float:
     final = 0.05 + 0.12 * (u + 2.5) ** 2 + 0.25 / width + 0.8 * (dropout - 0.2) ** 2
     tau = 10.0 * 10.0 ** (-(u + 4.0) / 2.0) * (1.0 + 2.0 * dropout)  # 0.1 .. 20 epochs
     start = 2.3
-    return final + (start - final) * math.exp(-budget / tau)
+    return float(final + (start - final) * math.exp(-budget / tau))
 
 
 def _curve_cost(config: Config, budget: int) -> float:
-    return 1.0 + 0.5 * config["width"]  # 1.5 .. 5 s per epoch
+    return 1.0 + 0.5 * float(config["width"])  # 1.5 .. 5 s per epoch
 
 
 def _curve_sample(rng: random.Random) -> Config:
@@ -104,7 +104,7 @@ def _curve_mild(config: Config, budget: int) -> float:
     width, dropout = config["width"], config["dropout"]
     final = 0.05 + 0.12 * (u + 2.5) ** 2 + 0.25 / width + 0.8 * (dropout - 0.2) ** 2
     tau = 10.0 * 10.0 ** (-(min(u, _BEST_LOG_LR) + 4.0) / 2.0) * (1.0 + 2.0 * dropout)
-    return final + (2.3 - final) * math.exp(-budget / tau)
+    return float(final + (2.3 - final) * math.exp(-budget / tau))
 
 
 LEARNING_CURVES_MILD = Problem(
@@ -153,7 +153,7 @@ def _branin_bad(config: Config, budget: int) -> float:
 
 
 def _branin_cost(config: Config, budget: int) -> float:
-    return 1.0 + 3.0 * config["x2"] / 15.0  # 1 .. 4 s per step
+    return 1.0 + 3.0 * float(config["x2"]) / 15.0  # 1 .. 4 s per step
 
 
 def _branin_sample(rng: random.Random) -> Config:

@@ -169,7 +169,7 @@ def _shifted(x: np.ndarray) -> np.ndarray:
 
 
 def save_digits_data(path: str | Path) -> None:
-    np.savez(path, **load_digits_data())
+    np.savez(path, **load_digits_data())  # type: ignore[arg-type]  # numpy's stub types **kwds poorly
 
 
 class DigitsMLP:
@@ -242,7 +242,7 @@ class DigitsMLP:
     def save(self, directory: str | Path) -> None:
         arrays = {f"p_{k}": a for k, a in self.params.items()}
         arrays.update({f"v_{k}": a for k, a in self.velocity.items()})
-        np.savez(Path(directory) / "mlp.npz", **arrays)
+        np.savez(Path(directory) / "mlp.npz", **arrays)  # type: ignore[arg-type]
         state = {"epoch": self.epoch, "rng": self.rng.bit_generator.state}
         (Path(directory) / "state.json").write_text(json.dumps(state))
 
@@ -263,7 +263,8 @@ def load_sunspots() -> list[float]:
         sys.path.insert(0, str(EXAMPLES_DIR))
     from lstm_sunspots import load_series
 
-    return load_series()[1]
+    series: list[float] = load_series()[1]
+    return series
 
 
 class SunspotsLSTM:

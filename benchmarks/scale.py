@@ -556,7 +556,7 @@ def _log(message: str) -> None:
 def probe_callback(base: type, probe: Any) -> Any:
     """A callback (of tunefleet's or Ray Tune's `Callback` class) that feeds `probe`."""
 
-    class ProbeCallback(base):  # type: ignore[misc, valid-type]
+    class ProbeCallback(base):  # type: ignore[misc]
         def setup(self, stop: Any = None, num_samples: Any = None, **info: Any) -> None:
             probe.start()
 

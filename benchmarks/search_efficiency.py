@@ -238,7 +238,8 @@ def run_once(
             points.extend(zip(df["timestamp"].tolist(), df["loss"].tolist(), true, strict=True))
         # A trial stopped before its first result must not be an error (fixed 2026-11-23);
         # counted apart so that a regression shows.
-        errors, no_result = [], []
+        errors: list[str] = []
+        no_result: list[str] = []
         for e in results.errors:
             (no_result if str(e).startswith("NO_RESULT") else errors).append(str(e))
         trials = len(results)
