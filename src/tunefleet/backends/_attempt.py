@@ -24,6 +24,15 @@ class Attempt(Protocol):
     timed_out: bool
 
 
+def out_of_memory(event: Event) -> bool:
+    """Whether the attempt failed for lack of memory (host or GPU). Its worker or actor
+    is not reused: the next trial gets that memory back (torch's CUDA cache included)."""
+    return isinstance(event, Failed) and event.failure.kind in (
+        FailureKind.OOM,
+        FailureKind.GPU_OOM,
+    )
+
+
 def limit_deadline(attempt: Attempt) -> tuple[float, str] | None:
     """When the running attempt times out, and which limit that is; None if never."""
     launch = attempt.launch

@@ -23,6 +23,7 @@ from typing import Any
 from tunefleet._redact import get_logger
 from tunefleet.backends._attempt import (
     limit_deadline,
+    out_of_memory,
     stderr_tail,
     timeout_record,
     trial_event,
@@ -230,8 +231,7 @@ class LocalBackend(Backend):
         events.append(event)
         if isinstance(event, (Finished, Failed)):
             self._release(worker)
-        memory = (FailureKind.OOM, FailureKind.GPU_OOM)
-        if isinstance(event, Failed) and event.failure.kind in memory and not worker.retiring:
+        if out_of_memory(event) and not worker.retiring:
             self._retire(worker)  # the next trial gets the memory (host or GPU) back
 
     def _release(self, worker: _Worker) -> None:

@@ -21,6 +21,7 @@ from typing import Any
 from tunefleet._redact import get_logger
 from tunefleet.backends._attempt import (
     limit_deadline,
+    out_of_memory,
     timeout_record,
     trial_event,
     trial_stderr_tail,
@@ -373,9 +374,8 @@ class RayBackend(Backend):
             events.append(event)
             if isinstance(event, (Finished, Failed)):
                 self._release(actor)
-            memory = (FailureKind.OOM, FailureKind.GPU_OOM)
-            if isinstance(event, Failed) and event.failure.kind in memory and not actor.killed:
-                self._kill(actor)  # not reused: the next trial gets the memory (GPU's too) back
+            if out_of_memory(event) and not actor.killed:
+                self._kill(actor)  # not reused: the next trial gets the memory back
 
     def _release(self, actor: _Actor) -> None:
         launch = actor.launch
