@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 import tunefleet as tune
+from conftest import overlap
 from gpu_trainables import GiB, gpu_memory, on_gpu
 from tunefleet.backends.local._resources import detect_gpus
 from tunefleet.results import ResultGrid
@@ -32,15 +33,8 @@ SCRIPT = Path(__file__).resolve().parent / "scripts" / "cuda_script.py"
 
 
 def most_at_once(grid: ResultGrid) -> int:
-    """The largest number of trials whose [start, end] intervals overlap."""
-    edges = []
-    for result in grid:
-        edges += [(result.metrics["start"], 1), (result.metrics["end"], -1)]
-    running = peak = 0
-    for _, step in sorted(edges, key=lambda e: (e[0], e[1])):
-        running += step
-        peak = max(peak, running)
-    return peak
+    """The largest number of trials running at one moment."""
+    return overlap([(r.metrics["start"], r.metrics["end"]) for r in grid])
 
 
 def run_on_gpu(gpu: float, num_samples: int, storage: str, **run: Any) -> ResultGrid:

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 import tunefleet as tune
+from conftest import overlap
 from tunefleet.search import (
     FINISHED,
     BasicVariantGenerator,
@@ -124,16 +125,6 @@ def timed(config: dict[str, Any]) -> None:
     start = time.time()
     time.sleep(config["sleep"])
     tune.report({"loss": config["x"], "start": start, "end": time.time()})
-
-
-def overlap(intervals: list[tuple[float, float]]) -> int:
-    """The most intervals open at one moment."""
-    events = sorted([(s, 1) for s, _ in intervals] + [(e, -1) for _, e in intervals])
-    most = now = 0
-    for _, step in events:
-        now += step
-        most = max(most, now)
-    return most
 
 
 def run_limited(storage: str, limiter: ConcurrencyLimiter, sleep: Any, n: int) -> Any:
