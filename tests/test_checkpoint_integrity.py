@@ -25,8 +25,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tunefleet as tune
-from tunefleet import checkpoint as ckpt_mod
-from tunefleet.checkpoint import (
+from tunefleet.storage import checkpoint as ckpt_mod
+from tunefleet.storage.checkpoint import (
     MANIFEST_FILE,
     CheckpointKeeper,
     CheckpointWriteError,
@@ -268,7 +268,7 @@ def test_any_tree_round_trips_and_any_damage_is_caught(
 
 _WRITER = """
 import os, sys
-from tunefleet.checkpoint import persist_checkpoint
+from tunefleet.storage.checkpoint import persist_checkpoint
 src, trial = sys.argv[1], sys.argv[2]
 i = 0
 while True:
@@ -531,7 +531,7 @@ def test_disk_full_in_a_trial_fails_it_with_the_cause(small_fs: Callable[[str], 
     _, (trial, checkpoints, results) = run_on_small_disk(small_fs("2m"), max_failures=0)
     assert trial.status is TrialStatus.ERROR
     assert trial.error is not None and trial.error.kind is FailureKind.EXCEPTION
-    assert trial.error.exception_type == "tunefleet.checkpoint.CheckpointWriteError"
+    assert trial.error.exception_type == "tunefleet.storage.checkpoint.CheckpointWriteError"
     assert trial.error.iteration == 1
     (previous,) = [path for _, path, _ in checkpoints]
     assert_disk_full_error(trial.error.message, previous)

@@ -121,7 +121,7 @@ def test_nan_in_any_objective_fails_the_trial(storage: str) -> None:
 def test_the_summary_front_leaves_infeasible_trials_out() -> None:
     import io
 
-    from tunefleet._progress import StatusReporter
+    from tunefleet.progress.live import StatusReporter
     from tunefleet.trial import Trial, TrialStatus
 
     def trial(i: int, loss: float, latency: float, excess: float) -> Trial:

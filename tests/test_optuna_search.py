@@ -15,7 +15,7 @@ import pytest
 import tunefleet as tune
 from searcher_conformance import MIXED_SPACE, check_conformance, drive, make
 from tunefleet.search import OptunaSearch
-from tunefleet.space import _float_times
+from tunefleet.space._domains import _float_times
 
 SMALL_SPACE: dict[str, Any] = {
     "lr": tune.loguniform(1e-4, 1e-1),

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from tunefleet import _progress_view as view
-from tunefleet._progress import StatusReporter
+from tunefleet.progress import view as view
+from tunefleet.progress.live import StatusReporter
 from tunefleet.trial import FailureKind, FailureRecord, Trial, TrialStatus
 
 # A run with a failing trial, a secret in the config and a known total (12 trials).

@@ -19,15 +19,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tunefleet as tune
-from tunefleet._paths import (
-    MAX_SLUG,
-    default_experiment_name,
-    experiment_dirname,
-    safe_child,
-    slug,
-    trial_dirname,
-)
-from tunefleet._progress import StatusReporter
 from tunefleet._redact import (
     REDACTED,
     Secret,
@@ -37,6 +28,15 @@ from tunefleet._redact import (
     reveal,
     scrub_failure,
     secret_values,
+)
+from tunefleet.progress.live import StatusReporter
+from tunefleet.storage.paths import (
+    MAX_SLUG,
+    default_experiment_name,
+    experiment_dirname,
+    safe_child,
+    slug,
+    trial_dirname,
 )
 from tunefleet.store import ExperimentStore
 from tunefleet.store._schema import decode, encode

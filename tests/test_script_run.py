@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from conftest import pid_alive
-from tunefleet._script import config_args
 from tunefleet.cli import main
 from tunefleet.results import ResultGrid
+from tunefleet.script.program import config_args
 from tunefleet.store import StoreReader
 from tunefleet.trial import FailureKind, Trial, TrialStatus
 

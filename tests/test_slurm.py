@@ -26,8 +26,8 @@ from typing import Any
 import psutil
 import pytest
 
-from tunefleet._slurm import SlurmOptions, render_sbatch, time_seconds
 from tunefleet.cli import main
+from tunefleet.cli.slurm import SlurmOptions, render_sbatch, time_seconds
 
 BIN = Path(sys.executable).parent  # the venv's bin: python3, and ray when installed
 RAY = shutil.which("ray", path=str(BIN))

@@ -30,7 +30,7 @@ import psutil
 import pytest
 
 import tunefleet as tune
-from tunefleet.checkpoint import (
+from tunefleet.storage.checkpoint import (
     MANIFEST_FILE,
     delete_checkpoints,
     latest_valid,
@@ -249,7 +249,7 @@ def run_config(endpoint: str, url: str, **kwargs: Any) -> tune.RunConfig:
 def test_checkpoint_upload_verify_download_and_delete(
     endpoint: str, bucket: str, tmp_path: Path
 ) -> None:
-    from tunefleet._storage import register_filesystem
+    from tunefleet.storage.remote import register_filesystem
 
     register_filesystem(f"s3://{bucket}", s3fs_for(endpoint))
     trial = f"s3://{bucket}/root/exp/trials/t1"
@@ -300,8 +300,8 @@ def test_upload_cut_midway_leaves_the_previous_checkpoint_the_latest_valid(
         """
         import os, sys
         import s3fs
-        from tunefleet._storage import register_filesystem
-        from tunefleet.checkpoint import persist_checkpoint
+        from tunefleet.storage.remote import register_filesystem
+        from tunefleet.storage.checkpoint import persist_checkpoint
 
         endpoint, trial, source, iteration, pid_file = sys.argv[1:]
         fs = s3fs.S3FileSystem(endpoint_url=endpoint, key="testing", secret="testing",
@@ -328,7 +328,7 @@ def test_upload_cut_midway_leaves_the_previous_checkpoint_the_latest_valid(
     url = f"{trial}/checkpoints/checkpoint_000002"
     assert "big.bin" not in keys(endpoint, url.removeprefix("s3://"))
     assert MANIFEST_FILE not in keys(endpoint, url.removeprefix("s3://"))
-    from tunefleet._storage import register_filesystem
+    from tunefleet.storage.remote import register_filesystem
 
     register_filesystem(f"s3://{bucket}", s3fs_for(endpoint))
     chosen, skipped = latest_valid([url, previous])

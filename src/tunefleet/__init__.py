@@ -17,10 +17,9 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 from tunefleet._redact import RedactingFilter, Secret
-from tunefleet._reporters import CLIReporter, JupyterNotebookReporter, ProgressReporter
 from tunefleet.callbacks import Callback
-from tunefleet.checkpoint import Checkpoint
 from tunefleet.config import CheckpointConfig, FailureConfig, RunConfig, SyncConfig, TuneConfig
+from tunefleet.progress.reporters import CLIReporter, JupyterNotebookReporter, ProgressReporter
 from tunefleet.resources import PlacementGroupFactory
 from tunefleet.session import TuneContext, get_checkpoint, get_context, report
 from tunefleet.space import (
@@ -39,6 +38,7 @@ from tunefleet.space import (
     uniform,
 )
 from tunefleet.stoppers import Stopper
+from tunefleet.storage.checkpoint import Checkpoint
 from tunefleet.trainable import Trainable, with_parameters, with_resources
 from tunefleet.trial import FailureKind, FailureRecord, Trial, TrialStatus
 from tunefleet.tuner import TuneError, Tuner, run

@@ -341,7 +341,7 @@ class RunConfig:
         if self.verbose not in (0, 1, 2, 3):
             raise ValueError(f"RunConfig.verbose={self.verbose!r} is not valid: use 0, 1, 2 or 3")
         if self.progress_reporter is not None:
-            from tunefleet._reporters import ProgressReporter
+            from tunefleet.progress.reporters import ProgressReporter
 
             if not isinstance(self.progress_reporter, ProgressReporter):
                 raise TypeError(
@@ -358,7 +358,7 @@ class RunConfig:
             raise TypeError("RunConfig.sync_config must be a tune.SyncConfig")
         self.sync_config.validate()
         if self.storage_path is not None or self.storage_filesystem is not None:
-            from tunefleet._storage import parse_storage
+            from tunefleet.storage.remote import parse_storage
 
             parse_storage(self.storage_path, self.storage_filesystem)  # a bad URL fails here
         from tunefleet.stoppers import make_stopper

@@ -15,7 +15,7 @@ Differences from Ray Tune, on purpose:
 
 pandas is optional: only the methods that return DataFrames import it. The
 reading, ranking and table building shared by these classes is in
-`tunefleet._snapshot`; `Result` and `ResultGrid` stay defined here so pickles name
+`tunefleet.progress.snapshot`; `Result` and `ResultGrid` stay defined here so pickles name
 this module.
 """
 
@@ -36,10 +36,16 @@ from tunefleet._metrics import (
     objective_point,
     pareto_front,
 )
-from tunefleet._snapshot import MODES as MODES
-from tunefleet._snapshot import SCOPES as SCOPES
-from tunefleet._snapshot import _dataframe, _flatten, _metric_and_mode, _ordered_columns, _Snapshot
-from tunefleet.checkpoint import Checkpoint
+from tunefleet.progress.snapshot import MODES as MODES
+from tunefleet.progress.snapshot import SCOPES as SCOPES
+from tunefleet.progress.snapshot import (
+    _dataframe,
+    _flatten,
+    _metric_and_mode,
+    _ordered_columns,
+    _Snapshot,
+)
+from tunefleet.storage.checkpoint import Checkpoint
 from tunefleet.trial import FailureKind, FailureRecord, Trial, TrialStatus
 
 if TYPE_CHECKING:

@@ -8,6 +8,7 @@ by the driver surfaces at the next `report()` and unwinds the trainable.
 
 from __future__ import annotations
 
+import importlib
 import math
 import os
 import threading
@@ -16,7 +17,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tunefleet.checkpoint import Checkpoint, checkpoint_dir_name, persist_checkpoint
+from tunefleet.storage.checkpoint import Checkpoint, checkpoint_dir_name, persist_checkpoint
+
+# "module:function" that installs a session in a process a launcher started (see `_require_session`).
+SESSION_HOOK_ENV = "TUNEFLEET_SESSION_HOOK"
 
 _FLUSH_EVERY_S = 0.002  # batch reports that come faster than this
 _MAX_BATCH = 512
@@ -94,7 +98,7 @@ class TrialSession:
         # Checkpoints go to the trial's folder in remote storage if there is one.
         self.checkpoint_home = storage_dir or context.trial_dir
         if storage_dir and storage_filesystem is not None:
-            from tunefleet._storage import register_filesystem
+            from tunefleet.storage.remote import register_filesystem
 
             register_filesystem(storage_dir, storage_filesystem)
         self.checkpoint = Checkpoint(checkpoint) if checkpoint else None
@@ -237,12 +241,12 @@ def _set_session(session: TrialSession | None) -> None:
 
 
 def _require_session(what: str) -> TrialSession:
-    if _session is None and os.environ.get("TUNEFLEET_REPORT_FD"):
-        # A Python program run by `tunefleet run` some other way than `python x.py`
-        # (a shell wrapper, torchrun): report through the trial that started it.
-        from tunefleet._script_child import install_session
-
-        install_session()
+    if _session is None and (hook := os.environ.get(SESSION_HOOK_ENV)):
+        # A program whose launcher (`tunefleet run`) started it some other way than
+        # through its own child (a shell wrapper, torchrun): the launcher names, in the
+        # environment, the function that installs a session reporting to it.
+        module, _, function = hook.partition(":")
+        getattr(importlib.import_module(module), function)()
     if _session is None:
         raise RuntimeError(
             f"tune.{what}() was called outside a tunefleet trial: call it from the "

@@ -173,3 +173,9 @@ def validate_trainable(trainable: Any) -> None:
             "the trainable must be a function taking config or a tune.Trainable subclass, "
             f"not {type(inner).__name__}"
         )
+
+
+def resources_of(trainable: Any) -> dict[str, float]:
+    """The resources one trial of `trainable` asks for (1 CPU unless `with_resources` said)."""
+    _, resources, _ = unwrap(trainable)
+    return dict(resources) if resources else {"cpu": 1.0, "gpu": 0.0}

@@ -3,23 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import difflib
 import logging
 import os
-import secrets
 from pathlib import Path
 from typing import Any
 
-from tunefleet._paths import (
-    default_experiment_name,
-    experiment_dirname,
-    is_url,
-    local_path,
-    safe_child,
-)
 from tunefleet.config import CheckpointConfig, FailureConfig, RunConfig, TuneConfig
-from tunefleet.trainable import trainable_name, unwrap, validate_trainable, with_resources
+from tunefleet.storage.paths import is_url
+from tunefleet.trainable import validate_trainable, with_resources
 
 logger = logging.getLogger("tunefleet")
 
@@ -79,7 +71,7 @@ class Tuner:
 
     def fit(self) -> Any:
         """Run the experiment to its end (or continue a restored one); return a `ResultGrid`."""
-        from tunefleet._experiment import run_experiment
+        from tunefleet.engine.experiment import run_experiment
 
         resume, self._resume = self._resume, None  # a second fit() starts a new experiment
         url, self._resume_url = self._resume_url, None
@@ -133,7 +125,7 @@ class Tuner:
             >>> if tune.Tuner.can_restore(path):  # doctest: +SKIP
             ...     results = tune.Tuner.restore(path, train).fit()
         """
-        from tunefleet._resume import prepare_resume
+        from tunefleet.engine.resume import prepare_resume
 
         validate_trainable(trainable)
         if storage_filesystem is None and run_config is not None and is_url(os.fspath(path)):
@@ -141,8 +133,8 @@ class Tuner:
         storage = _remote(path, storage_filesystem)
         local = os.fspath(path)
         if storage is not None:
-            from tunefleet._storage import register_filesystem
-            from tunefleet._storage_sync import fetch_experiment
+            from tunefleet.storage.remote import register_filesystem
+            from tunefleet.storage.sync import fetch_experiment
             from tunefleet.store import default_storage_path
 
             register_filesystem(storage.url, storage.fs)
@@ -176,7 +168,7 @@ class Tuner:
     @staticmethod
     def can_restore(path: str | os.PathLike[str], storage_filesystem: Any = None) -> bool:
         """True if `path` (a directory or a URL) holds an experiment `Tuner.restore` can open."""
-        from tunefleet._resume import can_restore, was_started
+        from tunefleet.engine.resume import can_restore, was_started
 
         storage = _remote(path, storage_filesystem)
         if storage is None:
@@ -193,7 +185,7 @@ class Tuner:
 
 def _remote(path: str | os.PathLike[str], filesystem: Any) -> Any:
     """The remote storage `path` names (a URL, or a path in `filesystem`), or None."""
-    from tunefleet._storage import parse_storage
+    from tunefleet.storage.remote import parse_storage
 
     if not is_url(os.fspath(path)) and filesystem is None:
         return None
@@ -409,63 +401,3 @@ def _resume_flags(resume: bool | str | None) -> dict[str, bool] | None:
         "resume_errored": only_errored or suffix == "ERRORED",
         "restart_errored": suffix == "RESTART_ERRORED",
     }
-
-
-def experiment_dir(
-    storage_path: Any, name: str | None, trainable: Any, storage: Any = None
-) -> tuple[str, str]:
-    """(name, path) of a new experiment; an existing one is never overwritten.
-
-    With remote `storage` (`_storage.Storage`), the path is a local staging folder
-    under the default storage path, and a name is taken if it is taken there or in
-    the remote storage.
-    """
-    from tunefleet.store import default_storage_path
-
-    local = storage is None and storage_path
-    root = Path(os.path.expanduser(local_path(os.fspath(storage_path)))) if local else None
-    root = root or Path(default_storage_path())
-    stamp = datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
-    auto = default_experiment_name(trainable_name(trainable), stamp)
-    chosen = experiment_dirname(name) if name else auto  # refuses unsafe names
-    path = Path(safe_child(root, chosen))  # never outside the storage path
-
-    def remote_taken(candidate: str) -> bool:
-        return storage is not None and bool(
-            storage.fs.exists(f"{storage.path}/{candidate}/experiment.db")
-        )
-
-    _remove_if_never_started(path)
-    if (path / "experiment.db").exists() or remote_taken(chosen):
-        new = f"{chosen}_{stamp}"
-        n = 1
-        while (root / new).exists() or remote_taken(new):
-            n += 1
-            new = f"{chosen}_{stamp}_{n}"
-        logger.warning(
-            "An experiment named %r already exists at %s; this run is stored as %r",
-            chosen,
-            storage.join(chosen) if storage is not None else path,
-            new,
-        )
-        chosen, path = new, root / new
-    path.mkdir(parents=True, exist_ok=True)
-    return chosen, str(path.resolve())
-
-
-def _remove_if_never_started(path: Path) -> None:
-    """A database left by a driver killed before it recorded the experiment is reused."""
-    from tunefleet._resume import was_started
-
-    if (path / "experiment.db").exists() and not was_started(path):
-        for suffix in ("", "-wal", "-shm"):
-            Path(f"{path / 'experiment.db'}{suffix}").unlink(missing_ok=True)
-
-
-def new_id_prefix() -> str:
-    return secrets.token_hex(3)[:5]
-
-
-def resources_of(trainable: Any) -> dict[str, float]:
-    _, resources, _ = unwrap(trainable)
-    return dict(resources) if resources else {"cpu": 1.0, "gpu": 0.0}

@@ -344,7 +344,7 @@ class SimulatedBackend(Backend):
 
     def _save(self, state: _Sim) -> str:
         """A real, tiny checkpoint folder, so verification, retention and PBT copies work."""
-        from tunefleet.checkpoint import persist_checkpoint
+        from tunefleet.storage.checkpoint import persist_checkpoint
 
         launch = state.launch
         os.makedirs(launch.trial_dir, exist_ok=True)

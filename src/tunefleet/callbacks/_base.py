@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tunefleet.checkpoint import Checkpoint
+from tunefleet.storage.checkpoint import Checkpoint
 from tunefleet.trial import Trial
 
 

@@ -15,10 +15,10 @@ import json
 import os
 from typing import Any
 
-from tunefleet._paths import is_url
 from tunefleet._redact import redact, remember
 from tunefleet.callbacks._files import TrialEndCallback, numeric_metrics
-from tunefleet.checkpoint import Checkpoint
+from tunefleet.storage.checkpoint import Checkpoint
+from tunefleet.storage.paths import is_url
 from tunefleet.trial import Trial
 
 _SET_PER_TRIAL = ("id", "config", "reinit")  # chosen by the callback for each trial's run

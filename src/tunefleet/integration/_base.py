@@ -14,7 +14,7 @@ from types import ModuleType
 from typing import Any
 
 from tunefleet import session
-from tunefleet.checkpoint import Checkpoint
+from tunefleet.storage.checkpoint import Checkpoint
 
 MetricNames = dict[str, str] | None
 """``{name reported: name logged}``, or None for every logged metric."""

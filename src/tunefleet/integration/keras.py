@@ -18,7 +18,6 @@ import functools
 import os
 from typing import Any
 
-from tunefleet.checkpoint import Checkpoint
 from tunefleet.integration._base import (
     check_filename,
     hooks,
@@ -27,6 +26,7 @@ from tunefleet.integration._base import (
     pick,
     report,
 )
+from tunefleet.storage.checkpoint import Checkpoint
 
 _keras: Any = import_framework(
     "keras",

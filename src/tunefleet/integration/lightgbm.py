@@ -17,7 +17,6 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from tunefleet.checkpoint import Checkpoint
 from tunefleet.integration._base import (
     check_filename,
     check_frequency,
@@ -26,6 +25,7 @@ from tunefleet.integration._base import (
     pick,
     report,
 )
+from tunefleet.storage.checkpoint import Checkpoint
 
 _lgb = import_framework(
     "lightgbm", package="lightgbm", extra="lightgbm", what="tunefleet.integration.lightgbm"

@@ -19,7 +19,6 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from tunefleet.checkpoint import Checkpoint
 from tunefleet.integration._base import (
     check_filename,
     check_frequency,
@@ -28,6 +27,7 @@ from tunefleet.integration._base import (
     pick,
     report,
 )
+from tunefleet.storage.checkpoint import Checkpoint
 
 _xgb: Any = import_framework(
     "xgboost",

@@ -47,13 +47,13 @@ from tunefleet.space import (
     Domain,
     Function,
     Normal,
-    _Category,
     format_path,
     parameter_name,
     resolve,
     uniform,
     validate_space,
 )
+from tunefleet.space._domains import _Category
 
 if TYPE_CHECKING:
     import optuna

@@ -48,13 +48,12 @@ from tunefleet.space import (
     Function,
     Integer,
     Normal,
-    _Category,
-    _float_times,
     format_path,
     parameter_name,
     resolve,
     validate_space,
 )
+from tunefleet.space._domains import _Category, _float_times
 
 _STATE_VERSION = 1
 _TPE_TRIES, _RANDOM_TRIES = 10, 20  # draws to avoid a duplicate before accepting one

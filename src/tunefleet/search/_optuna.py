@@ -53,12 +53,12 @@ from tunefleet.search._shared import (
 from tunefleet.space import (
     Categorical,
     Function,
-    _Category,
     flatten,
     format_path,
     parameter_name,
     resolve,
 )
+from tunefleet.space._domains import _Category
 
 if TYPE_CHECKING:
     from optuna.distributions import BaseDistribution

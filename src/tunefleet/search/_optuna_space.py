@@ -19,12 +19,11 @@ from tunefleet.space import (
     Float,
     Function,
     Integer,
-    _Category,
-    _float_times,
     format_path,
     grid_axes,
     validate_space,
 )
+from tunefleet.space._domains import _Category, _float_times
 
 if TYPE_CHECKING:
     from optuna.distributions import BaseDistribution

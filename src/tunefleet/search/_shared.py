@@ -26,13 +26,13 @@ from tunefleet.space import (
     Function,
     Integer,
     SearchSpaceError,
-    _float_times,
     flatten,
     format_path,
     has_domains,
     resolve,
     validate_space,
 )
+from tunefleet.space._domains import _float_times
 
 # ---------------------------------------------------------------- arguments and state
 

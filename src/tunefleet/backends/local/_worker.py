@@ -179,7 +179,7 @@ class _Worker:
             if want:
                 tmp = tempfile.mkdtemp(prefix=".ckpt_", dir=launch["trial_dir"])
                 _save_class_state(self.instance, tmp)
-                from tunefleet.checkpoint import Checkpoint
+                from tunefleet.storage.checkpoint import Checkpoint
 
                 checkpoint = Checkpoint(tmp)
             try:

@@ -1,7 +1,7 @@
 """`ExperimentSpec`: what the controller needs to know about the experiment.
 
-Plain data that `_experiment.py` builds from the Tuner's configs (and a resume);
-`tunefleet.controller` re-exports it.
+Plain data that `experiment.py` builds from the Tuner's configs (and a resume);
+`tunefleet.engine.controller` re-exports it.
 """
 
 from __future__ import annotations

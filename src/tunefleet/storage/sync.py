@@ -2,7 +2,7 @@
 
 `ExperimentSync` keeps ``<storage_path URL>/<name>/`` up to date from the local
 staging folder while the experiment runs; `fetch_experiment` brings it back into a
-staging folder for `Tuner.restore(url)`. See `_storage` and docs/storage.md.
+staging folder for `Tuner.restore(url)`. See `remote` and docs/storage.md.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from tunefleet import _storage
-from tunefleet._paths import experiment_dirname, safe_child
-from tunefleet._storage import Storage, files_under, filesystem_for, object_store, strip
+from tunefleet.storage import remote
+from tunefleet.storage.paths import experiment_dirname, safe_child
+from tunefleet.storage.remote import Storage, files_under, filesystem_for, object_store, strip
 
 logger = logging.getLogger("tunefleet")
 
@@ -165,7 +165,7 @@ class ExperimentSync:
                 "credentials: RunConfig.storage_filesystem, or fsspec's configuration and the "
                 "environment)"
             ) from exc
-        _storage._syncs[self.remote] = self
+        remote._syncs[self.remote] = self
         self._thread = threading.Thread(target=self._loop, name="tunefleet-sync", daemon=True)
         self._thread.start()
 
@@ -182,8 +182,8 @@ class ExperimentSync:
                     self.timeout,
                     self.local,
                 )
-        if _storage._syncs.get(self.remote) is self:
-            del _storage._syncs[self.remote]
+        if remote._syncs.get(self.remote) is self:
+            del remote._syncs[self.remote]
 
     def defer(self, url: str) -> None:
         with self._lock:
@@ -230,7 +230,7 @@ class ExperimentSync:
 
     def _delete(self, url: str) -> None:
         try:
-            _storage.remove_folder(self.fs, strip(self.fs, url))
+            remote.remove_folder(self.fs, strip(self.fs, url))
         except Exception as exc:
             logger.warning("could not delete checkpoint %s: %s: %s", url, type(exc).__name__, exc)
 

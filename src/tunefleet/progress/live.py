@@ -20,7 +20,6 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Any, TextIO
 
-from tunefleet import _progress_view as view
 from tunefleet._metrics import (
     MetricSpec,
     ModeSpec,
@@ -31,7 +30,8 @@ from tunefleet._metrics import (
     pareto_front,
 )
 from tunefleet._redact import RedactingFilter, redact, redact_text
-from tunefleet._reporters import ProgressReporter, ViewOptions
+from tunefleet.progress import view
+from tunefleet.progress.reporters import ProgressReporter, ViewOptions
 from tunefleet.trial import Trial, TrialStatus
 
 

@@ -1,6 +1,6 @@
 """Inside a script that `tunefleet run` started: `tunefleet.report` reaches the trial.
 
-`python -m tunefleet._script_child SCRIPT ARGS...` is how a Python script runs
+`python -m tunefleet.script.child SCRIPT ARGS...` is how a Python script runs
 under `tunefleet run`: it installs a `ScriptSession` and runs SCRIPT as
 ``__main__`` with ``sys.argv = [SCRIPT, *ARGS]``, as ``python SCRIPT ARGS`` would.
 The session turns `tunefleet.report(...)` into the same tagged line a script in
@@ -22,8 +22,8 @@ import traceback
 from typing import Any
 
 from tunefleet import session as session_mod
-from tunefleet.checkpoint import Checkpoint
 from tunefleet.session import StopTrial, TrialSession, TuneContext
+from tunefleet.storage.checkpoint import Checkpoint
 
 REPORT_TAG = "tunefleet-report: "
 CHECKPOINT_TAG = "tunefleet-checkpoint: "
@@ -123,7 +123,7 @@ def install_session() -> bool:
 
 def main() -> None:
     if len(sys.argv) < 2:
-        sys.exit("usage: python -m tunefleet._script_child SCRIPT [ARGS...]")
+        sys.exit("usage: python -m tunefleet.script.child SCRIPT [ARGS...]")
     script = sys.argv[1]
     sys.argv = sys.argv[1:]
     sys.path[0] = os.path.dirname(os.path.abspath(script))  # as `python SCRIPT` sets it

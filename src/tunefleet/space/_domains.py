@@ -11,21 +11,13 @@ each allowed multiple with equal probability; a bound that admits no multiple of
 ``q``, and a `grid_search` inside a `choice` category, are errors instead of
 silent surprises.
 
-Validation, grid expansion and `resolve` live in `tunefleet._space_resolve`, the
-JSON form in `tunefleet._space_json`; both are re-exported here, so every public
-name is imported from this module.
-
-Example:
-    >>> import random
-    >>> space = {"lr": loguniform(1e-4, 1e-1), "wd": sample_from(lambda s: s.config.lr / 10)}
-    >>> config = resolve(space, random.Random(0))
-    >>> abs(config["wd"] - config["lr"] / 10) < 1e-12
-    True
+`sample_from` (a value computed from the rest of a config) lives with resolution in
+`_resolve`, reading a space back from JSON in `_json`; `tunefleet.space` re-exports
+every public name of the three.
 """
 
 from __future__ import annotations
 
-import inspect
 import math
 import numbers
 import random
@@ -370,73 +362,6 @@ class Categorical(Domain):
         return f"choice({self.categories!r})"
 
 
-class Function(Domain):
-    """A value computed from the rest of the config (`sample_from`).
-
-    The function takes ``spec`` (``spec.config`` gives the config's other values, by
-    attribute or item, nested; ``spec.rng`` is the config's random generator) or
-    no argument at all.
-    """
-
-    def __init__(self, func: Callable[..., Any]) -> None:
-        self.func: Callable[..., Any] | None = func
-        self.func_name = str(getattr(func, "__qualname__", None) or repr(func))
-        self._check()
-        try:
-            self.source: str | None = inspect.getsource(func).strip()
-        except (OSError, TypeError):
-            self.source = None
-
-    @classmethod
-    def placeholder(cls, func_name: str, source: str | None = None) -> Function:
-        """A stand-in for a function that was not stored (loaded from JSON)."""
-        self = cls.__new__(cls)
-        self.func, self.func_name, self.source = None, func_name, source
-        return self
-
-    @property
-    def name(self) -> str:
-        return "sample_from"
-
-    def problem(self) -> str | None:
-        if self.func is not None and not callable(self.func):
-            return f"sample_from func={self.func!r} must be callable"
-        if self.func is not None and len(_params(self.func, required=True)) > 1:
-            return f"sample_from func={self.func_name} must take one argument (spec) or none"
-        return None
-
-    def call(self, spec: Any) -> Any:
-        """Run the function with `spec`, or with no argument if it takes none."""
-        if self.func is None:
-            raise SearchSpaceError(
-                f"sample_from function {self.func_name} was loaded from JSON and cannot be "
-                "run; pass the original space: space_from_json(data, original=space)"
-            )
-        return self.func(spec) if _params(self.func, required=False) else self.func()
-
-    def sample(self, rng: random.Random) -> Any:
-        """Run the function alone (use `resolve` to see the rest of a config)."""
-        return resolve({"value": self}, rng)["value"]
-
-    def args(self) -> dict[str, Any]:
-        return {"name": self.func_name, "source": self.source}
-
-    def __repr__(self) -> str:
-        return f"sample_from({self.func_name})"
-
-
-def _params(func: Callable[..., Any], *, required: bool) -> list[inspect.Parameter]:
-    """The positional parameters of `func` (only those without default if `required`)."""
-    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    try:
-        params = inspect.signature(func).parameters.values()
-    except (TypeError, ValueError):  # no signature (some builtins): assume it takes spec
-        return [] if required else [inspect.Parameter("spec", kinds[0])]
-    if required:
-        return [p for p in params if p.kind in kinds and p.default is p.empty]
-    return [p for p in params if p.kind in kinds or p.kind is inspect.Parameter.VAR_POSITIONAL]
-
-
 def uniform(lower: float, upper: float) -> Float:
     """A float drawn uniformly from ``[lower, upper)``."""
     return Float(lower, upper)
@@ -492,11 +417,6 @@ def choice(categories: Sequence[Any]) -> Categorical:
     return Categorical(categories)
 
 
-def sample_from(func: Callable[..., Any]) -> Function:
-    """A value computed by ``func(spec)``, e.g. ``sample_from(lambda spec: spec.config.lr * 2)``."""
-    return Function(func)
-
-
 def grid_search(values: Iterable[Any]) -> dict[str, list[Any]]:
     """Try every one of `values`; returns ``{"grid_search": [...]}`` like Ray."""
     if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, Iterable):
@@ -507,18 +427,17 @@ def grid_search(values: Iterable[Any]) -> dict[str, list[Any]]:
     return {GRID_KEY: listed}
 
 
-# Operations over a whole space, re-exported. Imported last: those modules import the
-# domains above, and `Function.sample` / `Categorical.args` call `resolve` /
-# `space_to_json` at run time only.
-from tunefleet._space_json import space_from_json as space_from_json  # noqa: E402
-from tunefleet._space_json import space_to_json as space_to_json  # noqa: E402
-from tunefleet._space_resolve import Chooser as Chooser  # noqa: E402
-from tunefleet._space_resolve import flatten as flatten  # noqa: E402
-from tunefleet._space_resolve import grid_axes as grid_axes  # noqa: E402
-from tunefleet._space_resolve import grid_point as grid_point  # noqa: E402
-from tunefleet._space_resolve import grid_points as grid_points  # noqa: E402
-from tunefleet._space_resolve import grid_size as grid_size  # noqa: E402
-from tunefleet._space_resolve import has_domains as has_domains  # noqa: E402
-from tunefleet._space_resolve import parameter_name as parameter_name  # noqa: E402
-from tunefleet._space_resolve import resolve as resolve  # noqa: E402
-from tunefleet._space_resolve import validate_space as validate_space  # noqa: E402
+def space_to_json(space: Any) -> Any:
+    """The space as JSON-able data; constants pass through unchanged.
+
+    A domain becomes ``{"__domain__": "<function name>", <its arguments>}``;
+    a sample_from function is stored by qualified name and source text only.
+    """
+    if isinstance(space, Domain):
+        return space.to_json()
+    if isinstance(space, dict):
+        converted = {k: space_to_json(v) for k, v in space.items()}
+        return {_MARKER: "dict", "value": converted} if _MARKER in space else converted
+    if isinstance(space, (list, tuple)):
+        return type(space)(space_to_json(v) for v in space)
+    return space

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
-from tunefleet._slurm_script import NODE_IP, TEMPLATE
+from tunefleet.cli.slurm_script import NODE_IP, TEMPLATE
 
 # `ray start` options the script sets itself, and the `tunefleet slurm` option for each
 _OWN_RAY_ARGS = {

@@ -19,8 +19,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from tunefleet._script import CONFIG_STYLES, ScriptCommand, ScriptTrainable
-from tunefleet._script_space import SpecError, load_yaml, parse_space, parse_value
+from tunefleet.script.program import CONFIG_STYLES, ScriptCommand, ScriptTrainable
+from tunefleet.script.space import SpecError, load_yaml, parse_space, parse_value
 
 SCHEDULERS = {
     "fifo": "FIFOScheduler",

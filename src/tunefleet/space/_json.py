@@ -1,18 +1,16 @@
-"""The JSON form of a search space: `space_to_json` and `space_from_json`.
+"""Reading a search space back from its JSON form (`space_to_json`, in `_domains`).
 
-Re-exported by `tunefleet.space`; import them from there.
+Re-exported by `tunefleet.space`; import it from there.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from tunefleet.space import (
+from tunefleet.space._domains import (
     _MARKER,
     Categorical,
-    Domain,
     Float,
-    Function,
     Integer,
     Normal,
     PathKey,
@@ -20,22 +18,7 @@ from tunefleet.space import (
     _Category,
     format_path,
 )
-
-
-def space_to_json(space: Any) -> Any:
-    """The space as JSON-able data; constants pass through unchanged.
-
-    A domain becomes ``{"__domain__": "<function name>", <its arguments>}``;
-    a sample_from function is stored by qualified name and source text only.
-    """
-    if isinstance(space, Domain):
-        return space.to_json()
-    if isinstance(space, dict):
-        converted = {k: space_to_json(v) for k, v in space.items()}
-        return {_MARKER: "dict", "value": converted} if _MARKER in space else converted
-    if isinstance(space, (list, tuple)):
-        return type(space)(space_to_json(v) for v in space)
-    return space
+from tunefleet.space._resolve import Function
 
 
 def space_from_json(data: Any, original: Any = None) -> Any:

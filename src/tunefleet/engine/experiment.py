@@ -2,24 +2,42 @@
 
 from __future__ import annotations
 
+import datetime
+import logging
 import math
+import os
+import secrets
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from tunefleet import __version__
-from tunefleet._progress import StatusReporter, warnings_shown
-from tunefleet._resume import ResumeState, run_config_json, stop_kind, tune_config_json
 from tunefleet.backends import Backend
 from tunefleet.backends.local import LocalBackend
-from tunefleet.checkpoint import CheckpointKeeper
 from tunefleet.config import RunConfig, TuneConfig
-from tunefleet.controller import Controller, ExperimentSpec
+from tunefleet.engine.controller import Controller, ExperimentSpec
+from tunefleet.engine.resume import (
+    ResumeState,
+    run_config_json,
+    stop_kind,
+    tune_config_json,
+    was_started,
+)
+from tunefleet.progress.live import StatusReporter, warnings_shown
 from tunefleet.resources import normalize_resources
 from tunefleet.schedulers import FIFOScheduler, TrialScheduler
 from tunefleet.search import BasicVariantGenerator, Searcher
-from tunefleet.trainable import trainable_name, unwrap
-from tunefleet.tuner import experiment_dir, new_id_prefix, resources_of
+from tunefleet.storage.checkpoint import CheckpointKeeper
+from tunefleet.storage.paths import (
+    default_experiment_name,
+    experiment_dirname,
+    local_path,
+    safe_child,
+)
+from tunefleet.trainable import resources_of, trainable_name, unwrap
+
+logger = logging.getLogger("tunefleet")
 
 
 def run_experiment(
@@ -44,8 +62,8 @@ def _run(
     resume: ResumeState | None,
     resume_url: str | None,
 ) -> str:
-    from tunefleet._storage import parse_storage
     from tunefleet.stoppers import make_stopper
+    from tunefleet.storage.remote import parse_storage
     from tunefleet.store import ExperimentStore
     from tunefleet.store._check import DriverLock
 
@@ -95,7 +113,7 @@ def _remote(
     A resumed experiment keeps the place it was started with (recorded in its meta),
     whatever `storage_path` says now.
     """
-    from tunefleet._storage import Storage, filesystem_for, register_filesystem
+    from tunefleet.storage.remote import Storage, filesystem_for, register_filesystem
 
     if not resumed:
         remote = None if storage is None else Storage(storage.join(name), storage.fs)
@@ -112,7 +130,7 @@ def _remote(
 
 def _start_sync(path: str, remote: Any, run_config: RunConfig, backend: Any, store: Any) -> Any:
     """Upload the experiment now (a wrong URL or credentials fail here), then periodically."""
-    from tunefleet._storage_sync import ExperimentSync
+    from tunefleet.storage.sync import ExperimentSync
 
     config = run_config.sync_config
     sync = ExperimentSync(
@@ -383,3 +401,56 @@ def _flat_criteria(stop: Any) -> dict[str, float]:
         and isinstance(v, (int, float))
         and not isinstance(v, bool)
     }
+
+
+def experiment_dir(
+    storage_path: Any, name: str | None, trainable: Any, storage: Any = None
+) -> tuple[str, str]:
+    """(name, path) of a new experiment; an existing one is never overwritten.
+
+    With remote `storage` (`storage.remote.Storage`), the path is a local staging folder
+    under the default storage path, and a name is taken if it is taken there or in
+    the remote storage.
+    """
+    from tunefleet.store import default_storage_path
+
+    local = storage is None and storage_path
+    root = Path(os.path.expanduser(local_path(os.fspath(storage_path)))) if local else None
+    root = root or Path(default_storage_path())
+    stamp = datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
+    auto = default_experiment_name(trainable_name(trainable), stamp)
+    chosen = experiment_dirname(name) if name else auto  # refuses unsafe names
+    path = Path(safe_child(root, chosen))  # never outside the storage path
+
+    def remote_taken(candidate: str) -> bool:
+        return storage is not None and bool(
+            storage.fs.exists(f"{storage.path}/{candidate}/experiment.db")
+        )
+
+    _remove_if_never_started(path)
+    if (path / "experiment.db").exists() or remote_taken(chosen):
+        new = f"{chosen}_{stamp}"
+        n = 1
+        while (root / new).exists() or remote_taken(new):
+            n += 1
+            new = f"{chosen}_{stamp}_{n}"
+        logger.warning(
+            "An experiment named %r already exists at %s; this run is stored as %r",
+            chosen,
+            storage.join(chosen) if storage is not None else path,
+            new,
+        )
+        chosen, path = new, root / new
+    path.mkdir(parents=True, exist_ok=True)
+    return chosen, str(path.resolve())
+
+
+def _remove_if_never_started(path: Path) -> None:
+    """A database left by a driver killed before it recorded the experiment is reused."""
+    if (path / "experiment.db").exists() and not was_started(path):
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{path / 'experiment.db'}{suffix}").unlink(missing_ok=True)
+
+
+def new_id_prefix() -> str:
+    return secrets.token_hex(3)[:5]

@@ -3,23 +3,31 @@
 `validate_space` checks a nested space before anything runs, the `grid_*` functions
 expand its grid_search entries in Ray's order, and `resolve` turns it into one
 concrete config (sampling every domain and running sample_from functions in
-dependency order). The domains themselves live in `tunefleet.space`, which
-re-exports every public name here; import them from there.
+dependency order). `sample_from`'s domain, `Function`, lives here too: sampling it
+is resolution. `tunefleet.space` re-exports every public name; import them from there.
+
+Example:
+    >>> import random
+    >>> from tunefleet.space import loguniform
+    >>> space = {"lr": loguniform(1e-4, 1e-1), "wd": sample_from(lambda s: s.config.lr / 10)}
+    >>> config = resolve(space, random.Random(0))
+    >>> abs(config["wd"] - config["lr"] / 10) < 1e-12
+    True
 """
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import math
 import random
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-from tunefleet.space import (
+from tunefleet.space._domains import (
     GRID_KEY,
     Categorical,
     Domain,
-    Function,
     Path,
     SearchSpaceError,
     _Category,
@@ -356,3 +364,75 @@ def _freeze(node: Any) -> Any:
     if isinstance(node, list):
         return [_freeze(v) for v in node]
     return node
+
+
+class Function(Domain):
+    """A value computed from the rest of the config (`sample_from`).
+
+    The function takes ``spec`` (``spec.config`` gives the config's other values, by
+    attribute or item, nested; ``spec.rng`` is the config's random generator) or
+    no argument at all.
+    """
+
+    def __init__(self, func: Callable[..., Any]) -> None:
+        self.func: Callable[..., Any] | None = func
+        self.func_name = str(getattr(func, "__qualname__", None) or repr(func))
+        self._check()
+        try:
+            self.source: str | None = inspect.getsource(func).strip()
+        except (OSError, TypeError):
+            self.source = None
+
+    @classmethod
+    def placeholder(cls, func_name: str, source: str | None = None) -> Function:
+        """A stand-in for a function that was not stored (loaded from JSON)."""
+        self = cls.__new__(cls)
+        self.func, self.func_name, self.source = None, func_name, source
+        return self
+
+    @property
+    def name(self) -> str:
+        return "sample_from"
+
+    def problem(self) -> str | None:
+        if self.func is not None and not callable(self.func):
+            return f"sample_from func={self.func!r} must be callable"
+        if self.func is not None and len(_params(self.func, required=True)) > 1:
+            return f"sample_from func={self.func_name} must take one argument (spec) or none"
+        return None
+
+    def call(self, spec: Any) -> Any:
+        """Run the function with `spec`, or with no argument if it takes none."""
+        if self.func is None:
+            raise SearchSpaceError(
+                f"sample_from function {self.func_name} was loaded from JSON and cannot be "
+                "run; pass the original space: space_from_json(data, original=space)"
+            )
+        return self.func(spec) if _params(self.func, required=False) else self.func()
+
+    def sample(self, rng: random.Random) -> Any:
+        """Run the function alone (use `resolve` to see the rest of a config)."""
+        return resolve({"value": self}, rng)["value"]
+
+    def args(self) -> dict[str, Any]:
+        return {"name": self.func_name, "source": self.source}
+
+    def __repr__(self) -> str:
+        return f"sample_from({self.func_name})"
+
+
+def _params(func: Callable[..., Any], *, required: bool) -> list[inspect.Parameter]:
+    """The positional parameters of `func` (only those without default if `required`)."""
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    try:
+        params = inspect.signature(func).parameters.values()
+    except (TypeError, ValueError):  # no signature (some builtins): assume it takes spec
+        return [] if required else [inspect.Parameter("spec", kinds[0])]
+    if required:
+        return [p for p in params if p.kind in kinds and p.default is p.empty]
+    return [p for p in params if p.kind in kinds or p.kind is inspect.Parameter.VAR_POSITIONAL]
+
+
+def sample_from(func: Callable[..., Any]) -> Function:
+    """A value computed by ``func(spec)``, e.g. ``sample_from(lambda spec: spec.config.lr * 2)``."""
+    return Function(func)

@@ -8,7 +8,7 @@ attempt) starts the program as a child process and relays its metrics:
   path is in ``TUNEFLEET_CONFIG_FILE`` and as JSON in ``TUNEFLEET_CONFIG``.
 - Metrics come back as lines ``tunefleet-report: {"val_loss": 0.3}`` on its stdout
   (any language), or on the descriptor in ``TUNEFLEET_REPORT_FD`` (where
-  `tunefleet.report` in a Python script writes them, see `_script_child`). Other
+  `tunefleet.report` in a Python script writes them, see `script.child`). Other
   stdout and stderr lines go on to the trial's ``stdout.log`` / ``stderr.log``.
 - After each report the trial writes ``ok ITERATION`` to ``TUNEFLEET_ACK_FD`` (a
   program may read it to wait until its checkpoint has been copied), or ``stop``.
@@ -40,8 +40,15 @@ from typing import IO, Any
 import psutil
 
 from tunefleet import session as session_mod
-from tunefleet._script_child import ACK_FD_ENV, CHECKPOINT_TAG, REPORT_FD_ENV, REPORT_TAG
-from tunefleet.checkpoint import Checkpoint
+from tunefleet.script.child import (
+    ACK_FD_ENV,
+    CHECKPOINT_TAG,
+    REPORT_FD_ENV,
+    REPORT_TAG,
+    install_session,
+)
+from tunefleet.session import SESSION_HOOK_ENV
+from tunefleet.storage.checkpoint import Checkpoint
 
 CONFIG_STYLES = ("args", "hydra", "json")
 CONFIG_FILE = "tunefleet_config.json"
@@ -75,7 +82,7 @@ class ScriptCommand:
     Args:
         argv: the program and its own arguments; for a Python script, the script
             path first (it runs with this interpreter, ``sys.executable``).
-        python: run ``argv[0]`` as a Python script through `_script_child`, so
+        python: run ``argv[0]`` as a Python script through `tunefleet.script.child`, so
             `tunefleet.report` inside it reaches the trial.
         config_style: ``"args"`` (``--key value``, nested keys dotted), ``"hydra"``
             (``key=value``) or ``"json"`` (no arguments; read TUNEFLEET_CONFIG_FILE).
@@ -157,6 +164,7 @@ class _Run:
         os.set_blocking(ack_w, False)  # a program that never reads acks must not block us
         self.ack = ack_w
         env.update({REPORT_FD_ENV: str(report_w), ACK_FD_ENV: str(ack_r)})
+        env[SESSION_HOOK_ENV] = f"{install_session.__module__}:{install_session.__name__}"
         try:
             self.proc = subprocess.Popen(
                 self._argv(),
@@ -201,7 +209,7 @@ class _Run:
     def _argv(self) -> list[str]:
         args = config_args(self.config, self.command.config_style)
         if self.command.python:
-            return [sys.executable, "-m", "tunefleet._script_child", *self.command.argv, *args]
+            return [sys.executable, "-m", "tunefleet.script.child", *self.command.argv, *args]
         return [*self.command.argv, *args]
 
     def _env(self) -> dict[str, str]:

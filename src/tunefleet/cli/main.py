@@ -94,17 +94,17 @@ def _parser() -> argparse.ArgumentParser:
             cmd.add_argument(
                 "--all", action="store_true", help="also list failed attempts that were retried"
             )
-    from tunefleet._cli_resume import add_resume_command
+    from tunefleet.cli.resume import add_resume_command
 
     add_resume_command(sub)
-    from tunefleet._slurm import add_slurm_command
+    from tunefleet.cli.slurm import add_slurm_command
 
     add_slurm_command(sub)
-    from tunefleet.dashboard._cli import add_dashboard_command, add_report_command
+    from tunefleet.cli.dashboard import add_dashboard_command, add_report_command
 
     add_dashboard_command(sub)
     add_report_command(sub)
-    from tunefleet._script_cli import add_run_command
+    from tunefleet.cli.script import add_run_command
 
     add_run_command(sub)
     return parser

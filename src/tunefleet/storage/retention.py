@@ -1,6 +1,6 @@
 """Checkpoint retention: which checkpoints `CheckpointConfig` drops, and deleting them.
 
-Re-exported by `tunefleet.checkpoint`; see docs/checkpoints.md ("Retention").
+Re-exported by `tunefleet.storage.checkpoint`; see docs/checkpoints.md ("Retention").
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from tunefleet._metrics import metric_value
-from tunefleet._paths import is_url
+from tunefleet.storage.paths import is_url
 
 logger = logging.getLogger("tunefleet")
 
@@ -53,7 +53,7 @@ def delete_checkpoints(paths: Iterable[str]) -> list[tuple[str, str]]:
         except Exception as exc:  # a retention delete must never take the driver down
             failures.append((path, f"{type(exc).__name__}: {exc}"))
     if remote:
-        from tunefleet._storage import delete_remote
+        from tunefleet.storage.remote import delete_remote
 
         failures.extend(delete_remote(remote))
     return failures

@@ -12,13 +12,13 @@ import math
 import os
 from typing import Any
 
-from tunefleet.checkpoint import (
+from tunefleet.schedulers._base import Exploit
+from tunefleet.storage.checkpoint import (
     CheckpointKeeper,
     latest_valid,
     persist_checkpoint,
     remove_temporaries,
 )
-from tunefleet.schedulers._base import Exploit
 from tunefleet.store import ExperimentStore
 from tunefleet.trial import Trial
 

@@ -1,6 +1,6 @@
-"""The bash text of the sbatch script that `tunefleet slurm` writes (see `_slurm`).
+"""The bash text of the sbatch script that `tunefleet slurm` writes (see `slurm`).
 
-`TEMPLATE` has ``@@NAME@@`` markers that `_slurm.render_sbatch` fills in; `NODE_IP` is a
+`TEMPLATE` has ``@@NAME@@`` markers that `slurm.render_sbatch` fills in; `NODE_IP` is a
 shell function defined both in the script and in each node's srun step.
 """
 

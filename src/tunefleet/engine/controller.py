@@ -14,26 +14,31 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from tunefleet._controller_util import CtrlC, warn_if_slow
-from tunefleet._decisions import can_exploit, checked_resize
-from tunefleet._experiment_spec import ExperimentSpec
-from tunefleet._objective_filter import NanObjective, ObjectiveFilter
-from tunefleet._paths import safe_child, trial_dirname
-from tunefleet._restart import checkpoint_home, copy_for_exploit, met_before_restart, restart_point
 from tunefleet.backends._base import Backend, Event, Finished, Results, TrialLaunch
 from tunefleet.callbacks import Callback
-from tunefleet.checkpoint import (
+from tunefleet.engine.controller_util import CtrlC, warn_if_slow
+from tunefleet.engine.decisions import can_exploit, checked_resize
+from tunefleet.engine.experiment_spec import ExperimentSpec
+from tunefleet.engine.objective_filter import NanObjective, ObjectiveFilter
+from tunefleet.engine.restart import (
+    checkpoint_home,
+    copy_for_exploit,
+    met_before_restart,
+    restart_point,
+)
+from tunefleet.schedulers._base import Cluster, Decision, Exploit, Resize, TrialScheduler
+from tunefleet.schedulers._candidates import Candidates
+from tunefleet.search._base import FINISHED, Searcher
+from tunefleet.storage.checkpoint import (
     Checkpoint,
     CheckpointKeeper,
     delete_checkpoints,
     remove_temporaries,
 )
-from tunefleet.schedulers._base import Cluster, Decision, Exploit, Resize, TrialScheduler
-from tunefleet.schedulers._candidates import Candidates
-from tunefleet.search._base import FINISHED, Searcher
+from tunefleet.storage.paths import safe_child, trial_dirname
 from tunefleet.trial import PAUSED_BY_SCHEDULER, FailureKind, FailureRecord, Trial, TrialStatus
 
-__all__ = ["Controller", "ExperimentSpec"]  # ExperimentSpec lives in _experiment_spec.py
+__all__ = ["Controller", "ExperimentSpec"]  # ExperimentSpec lives in experiment_spec.py
 
 logger = logging.getLogger("tunefleet")
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from tunefleet._metrics import metric_value
 from tunefleet._redact import redact, redact_text
-from tunefleet._reporters import ViewOptions
+from tunefleet.progress.reporters import ViewOptions
 from tunefleet.trial import Trial, TrialStatus
 
 MAX_METRIC_COLUMNS = 4

@@ -37,8 +37,7 @@ import tempfile
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from tunefleet._paths import is_url
-from tunefleet.checkpoint import (
+from tunefleet.storage.checkpoint import (
     _METADATA_FILE,
     MANIFEST_FILE,
     CheckpointWriteError,
@@ -49,9 +48,10 @@ from tunefleet.checkpoint import (
     persist_checkpoint,
     verify_checkpoint,
 )
+from tunefleet.storage.paths import is_url
 
 if TYPE_CHECKING:
-    from tunefleet._storage_sync import ExperimentSync
+    from tunefleet.storage.sync import ExperimentSync
 
 logger = logging.getLogger("tunefleet")
 _EXTRAS = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs"}
