@@ -19,7 +19,7 @@ from typing import Any
 
 from tunefleet.storage.checkpoint import Checkpoint, checkpoint_dir_name, persist_checkpoint
 
-# "module:function" that installs a session in a process a launcher started (see `_require_session`).
+# "module:function" installing a session in a process a launcher started (`_require_session`).
 SESSION_HOOK_ENV = "TUNEFLEET_SESSION_HOOK"
 
 _FLUSH_EVERY_S = 0.002  # batch reports that come faster than this
