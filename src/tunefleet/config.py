@@ -371,3 +371,12 @@ class RunConfig:
                 raise TypeError(
                     f"RunConfig.callbacks[{i}]={callback!r} is not a tune.Callback instance"
                 )
+
+
+__all__ = [
+    "CheckpointConfig",
+    "FailureConfig",
+    "RunConfig",
+    "SyncConfig",
+    "TuneConfig",
+]

@@ -143,3 +143,8 @@ def _bundle(spec: Any, where: str) -> dict[str, float]:
     if not bundle:
         raise ValueError(f"{where}={spec!r} asks for nothing: a bundle needs some resource")
     return bundle
+
+
+__all__ = [
+    "PlacementGroupFactory",
+]

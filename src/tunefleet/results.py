@@ -491,3 +491,11 @@ class ExperimentAnalysis:
         return (
             f"ExperimentAnalysis({self.experiment_path!r}, {len(self._experiment.trials)} trials)"
         )
+
+
+__all__ = [
+    "ExperimentAnalysis",
+    "Result",
+    "ResultGrid",
+    "TrialError",
+]

@@ -318,3 +318,14 @@ def get_trial_name() -> str:
 
 def get_trial_dir() -> str:
     return get_context().trial_dir
+
+
+__all__ = [
+    "TuneContext",
+    "get_checkpoint",
+    "get_context",
+    "get_trial_dir",
+    "get_trial_id",
+    "get_trial_name",
+    "report",
+]

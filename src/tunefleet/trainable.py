@@ -179,3 +179,10 @@ def resources_of(trainable: Any) -> dict[str, float]:
     """The resources one trial of `trainable` asks for (1 CPU unless `with_resources` said)."""
     _, resources, _ = unwrap(trainable)
     return dict(resources) if resources else {"cpu": 1.0, "gpu": 0.0}
+
+
+__all__ = [
+    "Trainable",
+    "with_parameters",
+    "with_resources",
+]

@@ -167,3 +167,11 @@ class Trial:
 
     def __repr__(self) -> str:
         return f"Trial({self.name!r}, {self.status.value})"
+
+
+__all__ = [
+    "FailureKind",
+    "FailureRecord",
+    "Trial",
+    "TrialStatus",
+]

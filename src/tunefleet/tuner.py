@@ -401,3 +401,10 @@ def _resume_flags(resume: bool | str | None) -> dict[str, bool] | None:
         "resume_errored": only_errored or suffix == "ERRORED",
         "restart_errored": suffix == "RESTART_ERRORED",
     }
+
+
+__all__ = [
+    "TuneError",
+    "Tuner",
+    "run",
+]
