@@ -14,9 +14,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
-
 from tunefleet._redact import RedactingFilter, Secret
+from tunefleet._version import __version__
 from tunefleet.callbacks import Callback
 from tunefleet.config import CheckpointConfig, FailureConfig, RunConfig, SyncConfig, TuneConfig
 from tunefleet.progress.reporters import CLIReporter, JupyterNotebookReporter, ProgressReporter

@@ -173,7 +173,7 @@ class SlurmOptions:
 
 def render_sbatch(options: SlurmOptions) -> str:
     """The sbatch script for `options` (validated first)."""
-    from tunefleet import __version__
+    from tunefleet._version import __version__
 
     options.validate()
     sbatch = [

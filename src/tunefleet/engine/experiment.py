@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tunefleet import __version__
+from tunefleet._version import __version__
 from tunefleet.backends import Backend
 from tunefleet.backends.local import LocalBackend
 from tunefleet.config import RunConfig, TuneConfig
