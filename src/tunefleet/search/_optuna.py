@@ -24,22 +24,17 @@ import random
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from tunefleet._metrics import MISSING, MetricSpec, ModeSpec, lookup, metric_value, objectives
+from tunefleet._metrics import MetricSpec, ModeSpec, metric_value, objectives
 from tunefleet._redact import get_logger
 from tunefleet.search._base import Searcher
 from tunefleet.search._optuna_space import (
-    _active,
-    _by_value,
-    _category_of,
     _checked_space,
-    _distribution,
     _is_conditional,
-    _Key,
     _merge,
-    _on_grid_checked,
     _suggest,
     _unflatten,
     _walk,
+    point_params,
 )
 from tunefleet.search._optuna_state import trial_from_data, trial_to_data
 from tunefleet.search._shared import (
@@ -51,14 +46,10 @@ from tunefleet.search._shared import (
     require_metric,
 )
 from tunefleet.space import (
-    Categorical,
     Function,
-    flatten,
     format_path,
-    parameter_name,
     resolve,
 )
-from tunefleet.space._domains import _Category
 
 if TYPE_CHECKING:
     from optuna.distributions import BaseDistribution
@@ -277,7 +268,7 @@ class OptunaSearch(Searcher):
             if self._rewards is not None:
                 self.add_evaluated_point(point, self._rewards[i], where=where)
             else:
-                params = self._point_params(point, where, complete=False)[0]
+                params = point_params(self._space, self._fixed, point, where, complete=False)[0]
                 with quiet_optuna():
                     study.enqueue_trial(params)
 
@@ -295,7 +286,9 @@ class OptunaSearch(Searcher):
         """
         import optuna
 
-        params, dists = self._point_params(evaluated_params, where, complete=True)
+        params, dists = point_params(
+            self._space, self._fixed, evaluated_params, where, complete=True
+        )
         values = objective_value if isinstance(objective_value, list) else [objective_value]
         valid = len(values) == len(self._objectives) and all(
             isinstance(v, numbers.Real) and math.isfinite(v) for v in values
@@ -319,73 +312,6 @@ class OptunaSearch(Searcher):
             study.add_trial(trial)
             if not error:
                 study.tell(study.get_trials(deepcopy=False)[-1].number, [float(v) for v in values])
-
-    def _point_params(
-        self, point: dict[str, Any], where: str, *, complete: bool
-    ) -> tuple[dict[str, Any], dict[str, BaseDistribution]]:
-        """A point as Optuna parameters (and their distributions)."""
-        if self._space is None:
-            flat = flatten(point)
-            if self._fixed is None:
-                if complete:
-                    raise ValueError(
-                        f"OptunaSearch: {where} cannot be added as evaluated with a "
-                        "define-by-run space (its distributions are not known)"
-                    )
-                return flat, {}
-            missing = set(self._fixed) - set(flat) if complete else set()
-            unknown = set(flat) - set(self._fixed)
-            if missing or unknown:
-                raise ValueError(
-                    f"OptunaSearch: {where} must set the parameters {sorted(self._fixed)} "
-                    f"(missing: {sorted(missing)}, unknown: {sorted(unknown)})"
-                )
-            return flat, {k: self._fixed[k] for k in flat}
-        params: dict[str, Any] = {}
-        dists: dict[str, BaseDistribution] = {}
-        chosen: dict[_Key, int] = {}
-        covered: list[str] = []
-        for path, domain in _walk(self._space, ()):
-            active = _active(path, chosen)
-            if active is False or isinstance(domain, Function):  # sample_from: computed
-                continue
-            key = "/".join(str(k) for k in path if not isinstance(k, _Category))
-            value = lookup(point, key)
-            if value is MISSING:
-                if complete:
-                    raise ValueError(
-                        f"OptunaSearch: {where} does not set {key!r}; an evaluated point "
-                        "must set every parameter"
-                    )
-                continue
-            name, dist = parameter_name(path), _distribution(domain)
-            if isinstance(domain, Categorical):
-                index = _category_of(domain, value)
-                if index is None:
-                    if complete or not isinstance(value, dict):
-                        raise ValueError(
-                            f"OptunaSearch: {where}[{key!r}]={value!r} is not one of "
-                            f"{domain.categories!r}"
-                        )
-                    continue  # fixes values inside branches only
-                chosen[path] = index
-                params[name] = domain.categories[index] if _by_value(domain) else index
-            else:
-                try:
-                    params[name] = _on_grid_checked(domain, value, f"{where}[{key!r}]")
-                except ValueError:
-                    if active is None:
-                        continue  # a branch not chosen by the point: its value may not fit
-                    raise
-            dists[name] = dist
-            covered.append(key)
-        for key in flatten(point):
-            if not any(key == c or key.startswith(c + "/") for c in covered):
-                raise ValueError(
-                    f"OptunaSearch: {where} sets {key!r}, which is not a parameter of the "
-                    "search space"
-                )
-        return params, dists
 
     # ------------------------------------------------------------ events
 

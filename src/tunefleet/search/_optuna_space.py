@@ -12,6 +12,7 @@ import numbers
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
+from tunefleet._metrics import MISSING, lookup
 from tunefleet.search._shared import children, fits, grid_refused, same
 from tunefleet.space import (
     Categorical,
@@ -19,8 +20,10 @@ from tunefleet.space import (
     Float,
     Function,
     Integer,
+    flatten,
     format_path,
     grid_axes,
+    parameter_name,
     validate_space,
 )
 from tunefleet.space._domains import _Category, _float_times
@@ -186,3 +189,77 @@ def _merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
         both = isinstance(inner, dict) and isinstance(value, dict)
         merged[key] = _merge(inner, value) if both else value  # type: ignore[arg-type]
     return merged
+
+
+def point_params(
+    space: dict[str, Any] | None,
+    fixed: dict[str, BaseDistribution] | None,
+    point: dict[str, Any],
+    where: str,
+    *,
+    complete: bool,
+) -> tuple[dict[str, Any], dict[str, BaseDistribution]]:
+    """A point (``points_to_evaluate``, an evaluated point) as Optuna parameters and their
+    distributions; `space` is the tunefleet space, or None with `fixed`, the distributions
+    of Optuna's own space (None for a define-by-run function)."""
+    if space is None:
+        flat = flatten(point)
+        if fixed is None:
+            if complete:
+                raise ValueError(
+                    f"OptunaSearch: {where} cannot be added as evaluated with a "
+                    "define-by-run space (its distributions are not known)"
+                )
+            return flat, {}
+        missing = set(fixed) - set(flat) if complete else set()
+        unknown = set(flat) - set(fixed)
+        if missing or unknown:
+            raise ValueError(
+                f"OptunaSearch: {where} must set the parameters {sorted(fixed)} "
+                f"(missing: {sorted(missing)}, unknown: {sorted(unknown)})"
+            )
+        return flat, {k: fixed[k] for k in flat}
+    params: dict[str, Any] = {}
+    dists: dict[str, BaseDistribution] = {}
+    chosen: dict[_Key, int] = {}
+    covered: list[str] = []
+    for path, domain in _walk(space, ()):
+        active = _active(path, chosen)
+        if active is False or isinstance(domain, Function):  # sample_from: computed
+            continue
+        key = "/".join(str(k) for k in path if not isinstance(k, _Category))
+        value = lookup(point, key)
+        if value is MISSING:
+            if complete:
+                raise ValueError(
+                    f"OptunaSearch: {where} does not set {key!r}; an evaluated point "
+                    "must set every parameter"
+                )
+            continue
+        name, dist = parameter_name(path), _distribution(domain)
+        if isinstance(domain, Categorical):
+            index = _category_of(domain, value)
+            if index is None:
+                if complete or not isinstance(value, dict):
+                    raise ValueError(
+                        f"OptunaSearch: {where}[{key!r}]={value!r} is not one of "
+                        f"{domain.categories!r}"
+                    )
+                continue  # fixes values inside branches only
+            chosen[path] = index
+            params[name] = domain.categories[index] if _by_value(domain) else index
+        else:
+            try:
+                params[name] = _on_grid_checked(domain, value, f"{where}[{key!r}]")
+            except ValueError:
+                if active is None:
+                    continue  # a branch not chosen by the point: its value may not fit
+                raise
+        dists[name] = dist
+        covered.append(key)
+    for key in flatten(point):
+        if not any(key == c or key.startswith(c + "/") for c in covered):
+            raise ValueError(
+                f"OptunaSearch: {where} sets {key!r}, which is not a parameter of the search space"
+            )
+    return params, dists
