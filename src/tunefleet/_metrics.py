@@ -3,6 +3,9 @@
 A metric name is a key of the result, or a "/"-joined path into nested dicts
 ("val/loss" reads ``result["val"]["loss"]``), as in Ray Tune. Numbers are ints and
 floats, never bools; an int too large for a float counts as an infinity.
+
+Also the one `flatten`: nested dicts to "a/b" keys, for tables, files and command
+lines.
 """
 
 from __future__ import annotations
@@ -178,3 +181,23 @@ def is_feasible(result: Mapping[str, Any], constraints: Sequence[str]) -> bool:
         if value is None or not value <= 0:  # NaN is not feasible
             return False
     return True
+
+
+def flatten(data: Mapping[Any, Any], delimiter: str = "/", *, prefix: str = "") -> dict[str, Any]:
+    """Nested dicts as one level: ``{"a": {"b": 1}}`` -> ``{"a/b": 1}`` (Ray's `flatten_dict`).
+
+    Keys become text joined with `delimiter`, each behind `prefix`. Lists stay whole
+    and an empty dict stays a value (``{"a": {}}`` -> ``{"a": {}}``): no key is lost.
+
+    Example:
+        >>> flatten({"lr": 0.1, "model": {"width": 64, "act": {}}}, prefix="config/")
+        {'config/lr': 0.1, 'config/model/width': 64, 'config/model/act': {}}
+    """
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        name = prefix + str(key)
+        if isinstance(value, Mapping) and value:
+            out.update(flatten(value, delimiter, prefix=name + delimiter))
+        else:
+            out[name] = value
+    return out

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from tunefleet._metrics import (
     MetricSpec,
     ModeSpec,
+    flatten,
     is_feasible,
     metric_value,
     objective_point,
@@ -40,7 +41,6 @@ from tunefleet.progress.snapshot import MODES as MODES
 from tunefleet.progress.snapshot import SCOPES as SCOPES
 from tunefleet.progress.snapshot import (
     _dataframe,
-    _flatten,
     _metric_and_mode,
     _ordered_columns,
     _Snapshot,
@@ -127,7 +127,7 @@ class Result:
     def metrics_dataframe(self) -> pd.DataFrame:
         """Every result the trial reported, one row each (nested keys joined with "/")."""
         history = self._experiment.history().get(self.trial_id, []) if self._experiment else []
-        return _dataframe("Result.metrics_dataframe", [_flatten(r) for r in history])
+        return _dataframe("Result.metrics_dataframe", [flatten(r) for r in history])
 
 
 def _result(experiment: _Snapshot, trial: Trial) -> Result:
@@ -364,7 +364,7 @@ class ExperimentAnalysis:
     def best_dataframe(self) -> pd.DataFrame:
         """Every result of `best_trial`."""
         history = self._experiment.history().get(self.best_trial.trial_id, [])
-        return _dataframe("ExperimentAnalysis.best_dataframe", [_flatten(r) for r in history])
+        return _dataframe("ExperimentAnalysis.best_dataframe", [flatten(r) for r in history])
 
     @property
     def best_result_df(self) -> pd.DataFrame:
@@ -375,7 +375,7 @@ class ExperimentAnalysis:
     def results_df(self) -> pd.DataFrame:
         """The last result of every trial, one row each, indexed by trial_id."""
         rows = [
-            {**_flatten(t.last_result or {}), "trial_id": t.trial_id}
+            {**flatten(t.last_result or {}), "trial_id": t.trial_id}
             for t in self._experiment.trials
         ]
         frame = _dataframe("ExperimentAnalysis.results_df", rows, _ordered_columns(rows))
@@ -387,7 +387,7 @@ class ExperimentAnalysis:
         name = "ExperimentAnalysis.trial_dataframes"
         history = self._experiment.history()
         return {
-            t.path: _dataframe(name, [_flatten(r) for r in history.get(t.trial_id, [])])
+            t.path: _dataframe(name, [flatten(r) for r in history.get(t.trial_id, [])])
             for t in self._experiment.trials
         }
 
@@ -475,7 +475,7 @@ class ExperimentAnalysis:
     def get_all_configs(self, prefix: bool = False) -> dict[str, dict[str, Any]]:
         """Trial directory -> configuration (flattened with ``config/`` keys if `prefix`)."""
         return {
-            t.path: _flatten(t.config, "config/") if prefix else t.config
+            t.path: flatten(t.config, prefix="config/") if prefix else t.config
             for t in self._experiment.trials
         }
 

@@ -15,6 +15,7 @@ import os
 import time
 from typing import IO, Any
 
+from tunefleet._metrics import flatten
 from tunefleet._redact import redact
 from tunefleet.callbacks._base import Callback
 from tunefleet.trial import Trial
@@ -24,18 +25,6 @@ _FLUSH_EVERY_S = 1.0  # files are flushed at most this often while trials run
 
 def _json(obj: Any) -> str:
     return json.dumps(obj, default=str, sort_keys=True)
-
-
-def flatten(result: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """``{"a": {"b": 1}}`` -> ``{"a/b": 1}``, as Ray Tune's CSV logger writes it."""
-    out: dict[str, Any] = {}
-    for key, value in result.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict):
-            out.update(flatten(value, f"{name}/"))
-        else:
-            out[name] = value
-    return out
 
 
 # result keys that are bookkeeping, not metrics to plot (the same numbers for every trial)

@@ -11,8 +11,9 @@ import os
 import time
 from typing import Any
 
+from tunefleet._metrics import flatten
 from tunefleet._redact import redact
-from tunefleet.callbacks._files import TrialEndCallback, flatten, numeric_metrics
+from tunefleet.callbacks._files import TrialEndCallback, numeric_metrics
 from tunefleet.trial import Trial
 
 _PARAM_MAX = 6000  # MLflow's limit on a param value's length

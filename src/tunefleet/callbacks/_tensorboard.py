@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from tunefleet._metrics import flatten
 from tunefleet._redact import redact
-from tunefleet.callbacks._files import TrialEndCallback, flatten, numeric_metrics
+from tunefleet.callbacks._files import TrialEndCallback, numeric_metrics
 from tunefleet.trial import Trial
 
 

@@ -24,7 +24,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from tunefleet._metrics import metric_value
+from tunefleet._metrics import flatten, metric_value
 from tunefleet._redact import redact_text
 from tunefleet.results import SCOPES, ResultGrid
 from tunefleet.store import (
@@ -306,21 +306,11 @@ def _best_of(values: list[float], mode: str | None) -> float | None:
 
 def _short_config(config: dict[str, Any], width: int = 60) -> str:
     parts = []
-    for key, value in _flat(config).items():
+    for key, value in flatten(config).items():
         shown = f"{value:.4g}" if isinstance(value, float) else str(value)
         parts.append(f"{key}={shown}")
     text = " ".join(parts)
     return text if len(text) <= width else text[: width - 3] + "..."
-
-
-def _flat(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in data.items():
-        if isinstance(value, dict) and value:
-            out.update(_flat(value, f"{prefix}{key}/"))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
 
 
 def _when(timestamp: float | None) -> str:

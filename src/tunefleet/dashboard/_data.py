@@ -15,9 +15,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from tunefleet._metrics import as_number, metric_value, objectives
+from tunefleet._metrics import as_number, flatten, metric_value, objectives
 from tunefleet._redact import redact, redact_text
-from tunefleet.dashboard._json import clean, flatten
+from tunefleet.dashboard._json import clean
 from tunefleet.dashboard._scheduler import scheduler_view
 from tunefleet.schedulers import pbt_schedule
 from tunefleet.store import DB_FILENAME, StoreReader, list_experiments

@@ -9,17 +9,6 @@ from typing import Any
 from tunefleet._redact import redact
 
 
-def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested dicts as one level of "a/b" keys (the metric path syntax)."""
-    out: dict[str, Any] = {}
-    for key, value in data.items():
-        if isinstance(value, dict) and value:
-            out.update(flatten(value, f"{prefix}{key}/"))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
 def clean(obj: Any) -> Any:
     """`obj` redacted, with non-finite floats as strings and anything odd as text."""
     return _finite(redact(obj))

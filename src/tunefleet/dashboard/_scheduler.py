@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tunefleet._metrics import as_number, metric_value
-from tunefleet.dashboard._json import flatten
+from tunefleet._metrics import as_number, flatten, metric_value
 from tunefleet.trial import Trial, TrialStatus
 
 _RUNNING = frozenset({TrialStatus.PENDING, TrialStatus.RUNNING, TrialStatus.PAUSED})

@@ -2,9 +2,9 @@
 
 `_Snapshot` reads an experiment's meta, trials and checkpoints from its database
 (results on demand), picks the best trial under Ray Tune's scope rules, and builds
-the per-trial table. The helpers below (metric/mode checks, scoring, flattening,
-DataFrames) are shared with `tunefleet.results`; pandas is imported only when a
-DataFrame is built.
+the per-trial table. The helpers below (metric/mode checks, scoring, DataFrames)
+are shared with `tunefleet.results`; pandas is imported only when a DataFrame is
+built.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import math
 import os
 from typing import TYPE_CHECKING, Any
 
-from tunefleet._metrics import as_number, is_feasible, metric_value
+from tunefleet._metrics import as_number, flatten, is_feasible, metric_value
 from tunefleet.store import StoreReader, resolve_experiment
 from tunefleet.trial import Trial
 
@@ -56,7 +56,7 @@ class _Snapshot:
         names: set[str] = set()
         for results in self.history().values():
             for result in results:
-                names.update(k for k, v in _flatten(result).items() if as_number(v) is not None)
+                names.update(k for k, v in flatten(result).items() if as_number(v) is not None)
         return sorted(names)
 
     def best_trial(
@@ -123,8 +123,8 @@ class _Snapshot:
             chosen = trial.last_result or {}
             if metric is not None and mode is not None:  # Ray: a metric alone means the last row
                 chosen = _best_row(self.history().get(trial.trial_id, []), metric, mode) or chosen
-            row = _flatten({k: v for k, v in chosen.items() if k != "config"})
-            row.update(_flatten(trial.config, "config/"))
+            row = flatten({k: v for k, v in chosen.items() if k != "config"})
+            row.update(flatten(trial.config, prefix="config/"))
             row["trial_id"] = trial.trial_id
             row["logdir"] = trial.path
             rows.append(row)
@@ -173,18 +173,6 @@ def _best_row(history: list[dict[str, Any]], metric: str, mode: str) -> dict[str
         if value is not None and math.isfinite(value) and (best is None or sign * value < best[0]):
             best = (sign * value, result)
     return None if best is None else best[1]
-
-
-def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested dicts to one level, keys joined with "/" (Ray's DataFrame columns)."""
-    out: dict[str, Any] = {}
-    for key, value in data.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict) and value:
-            out.update(_flatten(value, name + "/"))
-        else:
-            out[name] = value
-    return out
 
 
 def _ordered_columns(rows: list[dict[str, Any]]) -> list[str]:

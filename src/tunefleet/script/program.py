@@ -40,6 +40,7 @@ from typing import IO, Any
 import psutil
 
 from tunefleet import session as session_mod
+from tunefleet._metrics import flatten
 from tunefleet.script.child import (
     ACK_FD_ENV,
     CHECKPOINT_TAG,
@@ -122,19 +123,9 @@ def config_args(config: dict[str, Any], style: str) -> list[str]:
     if style == "json":
         return []
     out: list[str] = []
-    for key, value in _flatten(config).items():
+    for key, value in flatten(config, ".").items():
         text = value if isinstance(value, str) else json.dumps(value)
         out += [f"--{key}", text] if style == "args" else [f"{key}={text}"]
-    return out
-
-
-def _flatten(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in config.items():
-        if isinstance(value, dict) and value:
-            out.update(_flatten(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
     return out
 
 

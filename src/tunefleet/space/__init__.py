@@ -5,6 +5,7 @@ expansion, resolution and `sample_from`, `_json` reading a space back from JSON.
 Import every name from here.
 """
 
+from tunefleet._metrics import flatten
 from tunefleet.space._domains import (
     GRID_KEY,
     Categorical,
@@ -34,7 +35,6 @@ from tunefleet.space._json import space_from_json
 from tunefleet.space._resolve import (
     Chooser,
     Function,
-    flatten,
     grid_axes,
     grid_point,
     grid_points,

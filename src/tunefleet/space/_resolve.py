@@ -135,18 +135,6 @@ def grid_points(space: Any) -> list[dict[Path, Any]]:
     return [{path: v for (path, _), v in zip(axes, reversed(c), strict=True)} for c in combos]
 
 
-def flatten(config: Mapping[str, Any], delimiter: str = "/") -> dict[str, Any]:
-    """Flatten nested dicts to ``{"a/b": value}`` (Ray's `flatten_dict`); lists stay whole."""
-    out: dict[str, Any] = {}
-    for key, value in config.items():
-        if isinstance(value, Mapping) and value:
-            for sub, sub_value in flatten(value, delimiter).items():
-                out[f"{key}{delimiter}{sub}"] = sub_value
-        else:
-            out[str(key)] = value
-    return out
-
-
 # ---------------------------------------------------------------- resolving
 
 
