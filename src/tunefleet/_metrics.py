@@ -4,12 +4,15 @@ A metric name is a key of the result, or a "/"-joined path into nested dicts
 ("val/loss" reads ``result["val"]["loss"]``), as in Ray Tune. Numbers are ints and
 floats, never bools; an int too large for a float counts as an infinity.
 
-Also the one `flatten`: nested dicts to "a/b" keys, for tables, files and command
-lines.
+Also the one rule for the shapes results take on their way: `flatten` (nested dicts
+to "a/b" keys, for tables, files and command lines), `python_scalar` /
+`python_scalars` (numpy and torch scalars as Python numbers) and `json_data`
+(anything as JSON types). numpy and torch are never imported: they are duck-typed.
 """
 
 from __future__ import annotations
 
+import enum
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
@@ -201,3 +204,82 @@ def flatten(data: Mapping[Any, Any], delimiter: str = "/", *, prefix: str = "") 
         else:
             out[name] = value
     return out
+
+
+_PLAIN: Final = frozenset({type(None), bool, int, float, str})
+_MAX_DEPTH: Final = 64  # deeper than any config; a container that holds itself stops here
+
+
+def python_scalar(value: Any) -> Any:
+    """The Python value a numpy or torch scalar holds (a 0-dim array or tensor too).
+
+    ``np.float32(0.5)`` -> ``0.5``, ``torch.tensor(3)`` -> ``3``; anything else,
+    arrays included, as it is.
+    """
+    if type(value) in _PLAIN:
+        return value
+    item = getattr(value, "item", None)
+    if callable(item) and getattr(value, "ndim", None) == 0:
+        return item()
+    return value
+
+
+def python_scalars(tree: Any) -> Any:
+    """A copy of `tree` with `python_scalar` applied inside its dicts, lists and tuples.
+
+    Keys, container types and everything else (arrays too) stay as they are; a dict is
+    always a new dict, so the caller may add keys to it.
+    """
+    if type(tree) in _PLAIN:
+        return tree
+    if isinstance(tree, dict):
+        return {key: python_scalars(value) for key, value in tree.items()}
+    if isinstance(tree, list):
+        return [python_scalars(value) for value in tree]
+    if isinstance(tree, tuple):
+        items = [python_scalars(value) for value in tree]
+        return type(tree)(*items) if hasattr(tree, "_fields") else tuple(items)
+    return python_scalar(tree)
+
+
+def json_data(value: Any, _depth: int = 0) -> Any:
+    """`value` made only of JSON types (dict with text keys, list, str, int, float, bool,
+    None); never raises.
+
+    numpy and torch scalars become Python numbers, arrays and tensors lists, an enum
+    its value, a set a sorted list, a tuple a list; anything else its ``str()``. NaN and
+    the infinities stay floats (`json.dumps` writes them as ``NaN`` / ``Infinity``).
+    """
+    if type(value) in _PLAIN:
+        return value
+    if _depth > _MAX_DEPTH:
+        return _text(value)
+    deeper = _depth + 1
+    if isinstance(value, Mapping):
+        return {_text(k): json_data(v, deeper) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_data(v, deeper) for v in value]
+    if isinstance(value, (set, frozenset)):
+        return [json_data(v, deeper) for v in sorted(value, key=_text)]
+    if isinstance(value, enum.Enum):
+        return json_data(value.value, deeper)
+    try:
+        if callable(getattr(value, "item", None)) and getattr(value, "ndim", None) == 0:
+            return json_data(value.item(), deeper)
+        if callable(getattr(value, "tolist", None)):
+            return json_data(value.tolist(), deeper)
+    except Exception:  # an array-like that cannot convert (e.g. a tensor with no data)
+        pass
+    for kind in (bool, int, float, str):  # subclasses of the JSON types, as the type
+        if isinstance(value, kind):
+            return kind(value)
+    return _text(value)
+
+
+def _text(value: Any) -> str:
+    if type(value) is str:
+        return value
+    try:
+        return str(value)
+    except Exception:
+        return f"<unprintable {type(value).__name__}>"

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from tunefleet._metrics import python_scalars
 from tunefleet.storage.checkpoint import Checkpoint, checkpoint_dir_name, persist_checkpoint
 
 # "module:function" installing a session in a process a launcher started (`_require_session`).
@@ -125,7 +126,8 @@ class TrialSession:
             ckpt_path = self.persist(checkpoint, self.iteration + 1)
         self.iteration += 1
         self._iterations_since_restore += 1
-        result = _python_scalars(metrics)
+        # plain numbers for searchers and schedulers; the driver never unpickles a tensor
+        result: dict[str, Any] = python_scalars(metrics)
         result["training_iteration"] = self.iteration
         result["time_this_iter_s"] = now - self._last_report
         result["time_since_restore"] = now - self._start_perf
@@ -211,28 +213,6 @@ class TrialSession:
 
 
 _session: TrialSession | None = None
-
-
-_PLAIN = (int, float, str, bool, type(None))
-
-
-def _python_scalars(metrics: dict[str, Any]) -> dict[str, Any]:
-    """A copy with numpy and torch scalars (0-dim) turned into Python numbers.
-
-    Searchers and schedulers then compare plain numbers, and the driver never has
-    to unpickle a tensor (which would import torch into it).
-    """
-    out: dict[str, Any] = {}
-    for key, value in metrics.items():
-        if type(value) in _PLAIN:
-            out[key] = value
-        elif isinstance(value, dict):
-            out[key] = _python_scalars(value)
-        elif getattr(value, "ndim", None) == 0 and callable(getattr(value, "item", None)):
-            out[key] = value.item()
-        else:
-            out[key] = value
-    return out
 
 
 def _set_session(session: TrialSession | None) -> None:

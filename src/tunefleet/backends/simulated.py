@@ -22,8 +22,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from tunefleet._metrics import python_scalars
 from tunefleet.backends._base import Backend, Event, Failed, Finished, Results, TrialLaunch
-from tunefleet.session import _python_scalars
 from tunefleet.trial import FailureKind, FailureRecord
 
 Blackbox = Callable[[dict[str, Any], int], Mapping[str, Any]]
@@ -287,7 +287,8 @@ class SimulatedBackend(Backend):
                 f"f(config, {state.budget}) must return a dict of metrics, "
                 f"not {type(metrics).__name__}"
             )
-        result = _python_scalars(dict(metrics))  # numpy scalars from a surrogate model
+        # numpy scalars from a surrogate model as Python numbers
+        result: dict[str, Any] = python_scalars(dict(metrics))
         result.update(
             training_iteration=state.budget,
             time_this_iter_s=at - state.last_report,

@@ -15,6 +15,7 @@ import json
 import os
 from typing import Any
 
+from tunefleet._metrics import json_data
 from tunefleet._redact import redact, remember
 from tunefleet.callbacks._files import TrialEndCallback, numeric_metrics
 from tunefleet.storage.checkpoint import Checkpoint
@@ -76,7 +77,7 @@ def _init_kwargs(wandb: Any, kwargs: dict[str, Any], where: str, key: str | None
 
 def _plain(config: dict[str, Any]) -> dict[str, Any]:
     """The redacted config as JSON data (W&B stores configs as JSON)."""
-    data: dict[str, Any] = json.loads(json.dumps(redact(config), default=str))
+    data: dict[str, Any] = json_data(redact(config))
     return data
 
 

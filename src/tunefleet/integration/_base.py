@@ -14,6 +14,7 @@ from types import ModuleType
 from typing import Any
 
 from tunefleet import session
+from tunefleet._metrics import python_scalar
 from tunefleet.storage.checkpoint import Checkpoint
 
 MetricNames = dict[str, str] | None
@@ -79,24 +80,17 @@ def hooks(
     return list(dict.fromkeys(names))
 
 
-def scalar(value: Any) -> Any:
-    """A Python number for a 0-dim tensor or numpy value; anything else unchanged."""
-    if getattr(value, "ndim", None) == 0 and callable(getattr(value, "item", None)):
-        return value.item()
-    return value
-
-
 def pick(names: MetricNames, logged: Mapping[str, Any], where: str) -> dict[str, Any]:
     """The metrics to report, from what the framework logged."""
     if names is None:
-        return {key: scalar(value) for key, value in logged.items()}
+        return {key: python_scalar(value) for key, value in logged.items()}
     missing = [name for name in names.values() if name not in logged]
     if missing:
         raise KeyError(
             f"{where}: metric(s) {missing} asked for in `metrics` were not logged at this "
             f"point; the framework logged {sorted(logged)}"
         )
-    return {reported: scalar(logged[name]) for reported, name in names.items()}
+    return {reported: python_scalar(logged[name]) for reported, name in names.items()}
 
 
 def check_filename(filename: Any, where: str) -> str:

@@ -22,6 +22,7 @@ import traceback
 from typing import Any
 
 from tunefleet import session as session_mod
+from tunefleet._metrics import json_data
 from tunefleet.session import StopTrial, TrialSession, TuneContext
 from tunefleet.storage.checkpoint import Checkpoint
 
@@ -66,7 +67,7 @@ class ScriptSession(TrialSession):
                     f"a local directory, not {checkpoint.path!r} on a remote file system"
                 )
             line["checkpoint"] = os.path.abspath(checkpoint.path)
-        text = json.dumps(_jsonable(line), allow_nan=True)
+        text = json.dumps(json_data(line), allow_nan=True)  # NaN travels as NaN
         try:
             self._out.write(REPORT_TAG + text + "\n")
             self._out.flush()
@@ -89,23 +90,6 @@ class ScriptSession(TrialSession):
                 stream.close()
             except OSError:
                 pass
-
-
-def _jsonable(value: Any) -> Any:
-    """Numbers, strings, lists and dicts as JSON has them; numpy/torch scalars as numbers."""
-    if value is None or isinstance(value, (bool, int, str)):
-        return value
-    if isinstance(value, float):
-        return value  # NaN and inf travel as JSON's NaN / Infinity, as json.loads reads them
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if getattr(value, "ndim", None) == 0 and callable(getattr(value, "item", None)):
-        return _jsonable(value.item())
-    if callable(getattr(value, "tolist", None)):
-        return _jsonable(value.tolist())
-    return str(value)
 
 
 def install_session() -> bool:

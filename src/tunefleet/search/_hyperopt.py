@@ -22,11 +22,18 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from functools import partial
 from typing import Any
 
-from tunefleet._metrics import MISSING, MetricSpec, ModeSpec, metric_value
+from tunefleet._metrics import (
+    MISSING,
+    MetricSpec,
+    ModeSpec,
+    metric_value,
+    python_scalar,
+    python_scalars,
+)
 from tunefleet.search._base import Searcher
 from tunefleet.search._shared import (
     check_points,
@@ -261,7 +268,8 @@ class HyperOptSearch(Searcher):
             self._calls += 1
             algo = self._algo if attempt < _TPE_TRIES else self._hp.rand.suggest
             [doc] = algo([tid], self._domain, self._trials, seed)
-            vals = {label: [_plain(v) for v in vs] for label, vs in doc["misc"]["vals"].items()}
+            drawn = doc["misc"]["vals"].items()
+            vals = {label: [python_scalar(v) for v in vs] for label, vs in drawn}
             if self._key(vals) not in seen:
                 break
         return vals  # a duplicate only when the space is (nearly) used up
@@ -299,7 +307,7 @@ class HyperOptSearch(Searcher):
             picked = {label: vs[0] for label, vs in vals.items() if vs}
             memo = self._domain.memo_from_config(picked)
             config = self._hp.pyll.rec_eval(self._domain.expr, memo=memo)
-            return {**self._constants, **_plain_tree(config)}
+            return {**self._constants, **python_scalars(config)}
 
         def chooser(name: str, domain: Domain) -> Any:
             value = vals[name][0]
@@ -449,17 +457,3 @@ def _is_native(space: Any, apply: type) -> bool:
             "domains; write it with one or the other"
         )
     return any(found)
-
-
-def _plain(value: Any) -> Any:
-    """A numpy scalar as the Python int or float it holds."""
-    item: Callable[[], Any] | None = getattr(value, "item", None)
-    return item() if item is not None and not isinstance(value, (int, float)) else value
-
-
-def _plain_tree(node: Any) -> Any:
-    if isinstance(node, dict):
-        return {k: _plain_tree(v) for k, v in node.items()}
-    if isinstance(node, (list, tuple)):
-        return type(node)(_plain_tree(v) for v in node)
-    return _plain(node)

@@ -6,12 +6,12 @@ Columns that hold JSON are declared TEXT on purpose: SQLite gives a column typed
 
 from __future__ import annotations
 
-import enum
 import json
 import os
 from pathlib import Path
 from typing import Any
 
+from tunefleet._metrics import json_data
 from tunefleet._redact import redact
 
 DB_FILENAME = "experiment.db"
@@ -74,40 +74,8 @@ def db_path(experiment_path: str | os.PathLike[str]) -> Path:
 
 
 def _default(obj: Any) -> Any:
-    """`json.dumps` hook: numpy scalars and arrays become numbers and lists, the rest text."""
-    if isinstance(obj, enum.Enum):
-        return obj.value
-    for method in ("item", "tolist"):  # numpy / torch scalars, then arrays
-        convert = getattr(obj, method, None)
-        if callable(convert):
-            try:
-                value = convert()
-            except (TypeError, ValueError, RuntimeError):
-                continue
-            if value is not obj:
-                return redact(value)
-    if isinstance(obj, (set, frozenset)):
-        return redact(sorted(obj, key=str))
-    return redact(str(obj))
-
-
-def _plain(obj: Any, depth: int = 0) -> Any:
-    """A copy of `obj` made only of JSON types (str() wherever nothing better works)."""
-    if obj is None or isinstance(obj, (str, bool, int, float)):
-        return obj
-    if depth > 64:
-        return str(obj)
-    if isinstance(obj, dict):
-        return {str(k): _plain(v, depth + 1) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_plain(v, depth + 1) for v in obj]
-    try:
-        converted = _default(obj)
-    except Exception:
-        return _safe_str(obj)
-    if converted is obj or isinstance(converted, str):
-        return converted if isinstance(converted, str) else _safe_str(obj)
-    return _plain(converted, depth + 1)
+    """`json.dumps` hook, and the whole value when that fails: JSON types only, redacted."""
+    return redact(json_data(obj))
 
 
 def _safe_str(obj: Any) -> str:
@@ -121,8 +89,9 @@ def encode(obj: Any) -> str:
     """JSON text of `obj`; never raises.
 
     NaN and infinities are written as ``NaN`` / ``Infinity`` (what `json.loads`
-    reads back). Values json cannot take go through `.item()` / `.tolist()`, else
-    `str()`; keys that are not strings become strings.
+    reads back). Values json cannot take are made JSON by `tunefleet._metrics.json_data`
+    (numpy and torch values as numbers and lists, else `str()`); keys that are not
+    strings become strings.
 
     Secrets are hidden first (`tunefleet._redact.redact`: secret-looking keys,
     `tune.Secret`, URL passwords), so nothing written to the store holds one.
@@ -133,7 +102,7 @@ def encode(obj: Any) -> str:
     except (TypeError, ValueError, RecursionError):
         pass
     try:
-        return json.dumps(_plain(obj), separators=(",", ":"))
+        return json.dumps(_default(obj), separators=(",", ":"))
     except (TypeError, ValueError, RecursionError):
         return json.dumps(_safe_str(obj))
 
@@ -142,7 +111,7 @@ def _redacted(obj: Any) -> Any:
     try:
         return redact(obj)
     except Exception:  # encode never raises: something odd is made plain JSON first
-        return redact(_plain(obj))
+        return _default(obj)
 
 
 def decode(text: str | bytes | None) -> Any:
