@@ -14,23 +14,15 @@ Example:
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from typing import Any
 
-from tunefleet.integration._base import (
-    check_filename,
-    check_frequency,
-    import_framework,
-    metric_names,
-    pick,
-    report,
-)
+from tunefleet.integration._base import import_framework
+from tunefleet.integration._boosting import BoostingCallback, ReportOnly
 from tunefleet.storage.checkpoint import Checkpoint
 
 _lgb = import_framework(
     "lightgbm", package="lightgbm", extra="lightgbm", what="tunefleet.integration.lightgbm"
 )
-_WHERE = "tunefleet.integration.lightgbm.TuneReportCheckpointCallback"
 CHECKPOINT_NAME = "model.txt"
 
 
@@ -47,13 +39,13 @@ def _eval_results(env: Any) -> dict[str, Any]:
     return out
 
 
-class TuneReportCheckpointCallback:
+class TuneReportCheckpointCallback(BoostingCallback):
     """Reports after every boosting round; checkpoints every `frequency` rounds and at the end.
 
     Args:
         metrics: None (every evaluation metric), a name, a list of names, or
             ``{name to report: "<valid set>-<metric>"}``.
-        filename: the booster's file name in the checkpoint.
+        filename: the booster's file name in the checkpoint (default ``model.txt``).
         frequency: checkpoint every `frequency` rounds; 0: only at the end.
         checkpoint_at_end: checkpoint at the last round.
         results_postprocessing_fn: turns the metrics to report into others.
@@ -61,25 +53,7 @@ class TuneReportCheckpointCallback:
 
     order = 20  # LightGBM runs callbacks by `order`: after its own logging (10)
     before_iteration = False
-
-    def __init__(
-        self,
-        metrics: str | list[str] | dict[str, str] | None = None,
-        filename: str = CHECKPOINT_NAME,
-        frequency: int = 0,
-        checkpoint_at_end: bool = True,
-        results_postprocessing_fn: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
-    ) -> None:
-        self._names = metric_names(metrics, _WHERE)
-        self._filename = check_filename(filename, _WHERE)
-        self._frequency = check_frequency(frequency, _WHERE)
-        self._checkpoint_at_end = bool(checkpoint_at_end)
-        if results_postprocessing_fn is not None and not callable(results_postprocessing_fn):
-            raise TypeError(
-                f"{_WHERE}: results_postprocessing_fn={results_postprocessing_fn!r} "
-                "must be a function of the metrics dict"
-            )
-        self._postprocess = results_postprocessing_fn
+    checkpoint_name = CHECKPOINT_NAME
 
     @classmethod
     def get_model(cls, checkpoint: Checkpoint, filename: str = CHECKPOINT_NAME) -> Any:
@@ -88,36 +62,13 @@ class TuneReportCheckpointCallback:
             return _lgb.Booster(model_file=os.path.join(folder, filename))
 
     def __call__(self, env: Any) -> None:
-        metrics = pick(self._names, _eval_results(env), _WHERE)
-        if self._postprocess:
-            metrics = self._postprocess(metrics)
+        # LightGBM says which round is the last: its checkpoint goes with its result
         last = env.iteration == env.end_iteration - 1
-        every = self._frequency and (env.iteration + 1) % self._frequency == 0
-        if (last and self._checkpoint_at_end) or every:
-            model = env.model
-
-            def save(folder: str) -> None:
-                model.save_model(os.path.join(folder, self._filename))
-
-            report(metrics, save)
-        else:
-            report(metrics)
+        self._round_ended(env.model, env.iteration, _eval_results(env), last=last)
 
 
-class TuneReportCallback(TuneReportCheckpointCallback):
+class TuneReportCallback(ReportOnly, TuneReportCheckpointCallback):
     """Reports after every boosting round, without checkpoints."""
-
-    def __init__(
-        self,
-        metrics: str | list[str] | dict[str, str] | None = None,
-        results_postprocessing_fn: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
-    ) -> None:
-        super().__init__(
-            metrics,
-            frequency=0,
-            checkpoint_at_end=False,
-            results_postprocessing_fn=results_postprocessing_fn,
-        )
 
 
 __all__ = ["TuneReportCallback", "TuneReportCheckpointCallback"]
