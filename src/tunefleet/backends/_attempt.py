@@ -1,27 +1,39 @@
-"""What the local and Ray backends share about a running attempt: its time limits,
-the TIMEOUT record, the trial's stderr tail, and the worker loop's messages as events.
+"""What the local and Ray backends share about a running attempt: the worker that runs
+it, its time limits, the TIMEOUT record, the trial's stderr tail, and the worker loop's
+messages as events.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any, Protocol
+import time
+from dataclasses import dataclass
 
 from tunefleet.backends._base import Event, Failed, Finished, Results, TrialLaunch
+from tunefleet.backends._protocol import TrialFinished, TrialMessage, TrialResults
 from tunefleet.trial import FailureKind, FailureRecord
 
 _STDERR_TAIL_BYTES = 4000
 
 
-class Attempt(Protocol):
-    """A worker process or an actor, as far as the limits go."""
+@dataclass(kw_only=True, eq=False)
+class Worker:
+    """A worker process or a Ray actor, and the attempt it runs (if any)."""
 
-    launch: TrialLaunch | None
-    clock_start: float | None  # when the attempt started running
-    last_report: float | None  # the heartbeat: start, then every Results
-    last_iteration: int | None
-    stopping: bool
-    timed_out: bool
+    launch: TrialLaunch | None = None
+    stopping: bool = False  # asked to stop: its end is Finished("stopped")
+    stop_deadline: float | None = None  # when the stop is pushed harder (_force_stop)
+    forced: int = 0  # how many times the stop was pushed (SIGTERM, then SIGKILL)
+    retiring: bool = False  # told to exit or killed: never given another trial
+    timed_out: bool = False  # reported Failed(TIMEOUT) and being killed: its messages dropped
+    # limits of the running attempt (trial_timeout_s, heartbeat_timeout_s): monotonic times
+    clock_start: float | None = None  # when the attempt started running
+    last_report: float | None = None  # the heartbeat: start, then every Results
+    last_iteration: int | None = None
+
+    def start_clock(self) -> None:
+        """The attempt runs from now: its time limit and heartbeat count from here."""
+        self.clock_start = self.last_report = time.monotonic()
 
 
 def out_of_memory(event: Event) -> bool:
@@ -33,7 +45,7 @@ def out_of_memory(event: Event) -> bool:
     )
 
 
-def limit_deadline(attempt: Attempt) -> tuple[float, str] | None:
+def limit_deadline(attempt: Worker) -> tuple[float, str] | None:
     """When the running attempt times out, and which limit that is; None if never."""
     launch = attempt.launch
     if launch is None or attempt.clock_start is None or attempt.stopping or attempt.timed_out:
@@ -46,7 +58,7 @@ def limit_deadline(attempt: Attempt) -> tuple[float, str] | None:
     return min(limits) if limits else None
 
 
-def timeout_record(attempt: Attempt, limit: str, now: float) -> FailureRecord:
+def timeout_record(attempt: Worker, limit: str, now: float) -> FailureRecord:
     """The TIMEOUT failure of an attempt that passed `limit` (see `limit_deadline`)."""
     launch = attempt.launch
     assert launch is not None and attempt.clock_start is not None
@@ -85,25 +97,25 @@ def stderr_tail(path: str) -> str | None:
     return "\n".join(lines) if lines else None
 
 
-def trial_event(attempt: Attempt, msg: tuple[Any, ...]) -> Event | None:
-    """The event of a worker loop's results/finished/failed message, if it is current.
+def trial_event(attempt: Worker, msg: TrialMessage) -> Event | None:
+    """The event of a worker loop's message, if it is of the attempt running now.
 
     A message of another trial or attempt, or of one already reported as timed out,
-    gives None. A Results message also moves the attempt's heartbeat.
+    gives None. Results also move the attempt's heartbeat.
     """
     launch = attempt.launch
-    if launch is None or attempt.timed_out or (launch.trial_id, launch.epoch) != msg[1:3]:
+    if (
+        launch is None
+        or attempt.timed_out
+        or launch.trial_id != msg.trial_id
+        or launch.epoch != msg.epoch
+    ):
         return None
-    kind = msg[0]
-    if kind == "results":
-        import time
-
+    if isinstance(msg, TrialResults):
         attempt.last_report = time.monotonic()
-        if msg[3]:
-            attempt.last_iteration = msg[3][-1][0].get("training_iteration")
-        return Results(msg[1], msg[2], msg[3])
-    if kind == "finished":
-        return Finished(msg[1], msg[2], msg[3], msg[4])
-    if kind == "failed":
-        return Failed(msg[1], msg[2], FailureRecord.from_json(msg[3]))
-    return None
+        if msg.items:
+            attempt.last_iteration = msg.items[-1][0].get("training_iteration")
+        return Results(msg.trial_id, msg.epoch, msg.items)
+    if isinstance(msg, TrialFinished):
+        return Finished(msg.trial_id, msg.epoch, msg.how, msg.checkpoint)
+    return Failed(msg.trial_id, msg.epoch, msg.failure)

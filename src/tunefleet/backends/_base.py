@@ -7,6 +7,8 @@ late messages of an attempt it has already given up on.
 
 from __future__ import annotations
 
+import enum
+import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,6 +42,14 @@ class TrialLaunch:
     storage_filesystem: Any = None
 
 
+class FinishHow(str, enum.Enum):
+    """How an attempt ended without error: by itself, or when asked to stop or to pause."""
+
+    RETURNED = "returned"
+    STOPPED = "stopped"
+    PAUSED = "paused"
+
+
 @dataclass(frozen=True, slots=True)
 class Results:
     """One or more results reported by a trial, in order: (metrics, checkpoint path)."""
@@ -60,7 +70,7 @@ class Finished:
 
     trial_id: str
     epoch: int
-    how: str = "returned"
+    how: FinishHow = FinishHow.RETURNED
     checkpoint: str | None = None
 
 
@@ -77,7 +87,11 @@ Event = Results | Finished | Failed
 
 
 class Backend(ABC):
-    """Runs trials. Implementations: local processes (default), later Ray and simulated."""
+    """Runs trials. Implementations: local processes (default), Ray actors, simulated.
+
+    The optional capabilities (`fatal`, `elastic`, `clock`) have defaults here, so the
+    engine asks every backend the same way.
+    """
 
     @abstractmethod
     def capacity(self) -> dict[str, float]:
@@ -114,6 +128,23 @@ class Backend(ABC):
         attempts never write the same checkpoint directory at once.
         """
         return False
+
+    @property
+    def fatal(self) -> FailureRecord | None:
+        """A failure that ends the experiment, since every trial would fail alike (the
+        trainable does not load in a worker); None while there is none."""
+        return None
+
+    @property
+    def elastic(self) -> bool:
+        """Whether what fits changes by itself (a cluster that grows and shrinks): then
+        no concurrency is derived from `capacity()`; `can_start` says what fits now."""
+        return False
+
+    def clock(self) -> float:
+        """The experiment's clock, in seconds: real (monotonic) unless the backend's
+        time is virtual (the simulated backend)."""
+        return time.monotonic()
 
     @abstractmethod
     def shutdown(self) -> None:

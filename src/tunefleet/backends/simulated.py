@@ -23,7 +23,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from tunefleet._metrics import python_scalars
-from tunefleet.backends._base import Backend, Event, Failed, Finished, Results, TrialLaunch
+from tunefleet.backends._base import (
+    Backend,
+    Event,
+    Failed,
+    Finished,
+    FinishHow,
+    Results,
+    TrialLaunch,
+)
 from tunefleet.trial import FailureKind, FailureRecord
 
 Blackbox = Callable[[dict[str, Any], int], Mapping[str, Any]]
@@ -188,7 +196,7 @@ class SimulatedBackend(Backend):
         state = _Sim(launch=launch, budget=launch.iteration, started=now, last_report=now)
         self._active[launch.trial_id] = state
         if self.sim.max_budget is not None and state.budget >= self.sim.max_budget:
-            self._finish(state, "returned")  # resumed at the end: nothing left to train
+            self._finish(state, FinishHow.RETURNED)  # resumed at the end: nothing left to train
             self._resume_real()
             return
         try:
@@ -201,7 +209,7 @@ class SimulatedBackend(Backend):
         self.clock()
         state = self._state(trial_id, epoch)
         if state is not None:
-            self._finish(state, "stopped")
+            self._finish(state, FinishHow.STOPPED)
         self._resume_real()
 
     def send_decision(self, trial_id: str, epoch: int, decision: str) -> None:
@@ -211,9 +219,9 @@ class SimulatedBackend(Backend):
             state.waiting = False
             try:
                 if decision == "PAUSE":
-                    self._finish(state, "paused")
+                    self._finish(state, FinishHow.PAUSED)
                 elif decision == "STOP":
-                    self._finish(state, "stopped")
+                    self._finish(state, FinishHow.STOPPED)
                 else:
                     self._continue(state, now)
             except Exception as exc:  # the user's cost function
@@ -315,16 +323,17 @@ class SimulatedBackend(Backend):
     def _continue(self, state: _Sim, now: float) -> None:
         """After a result (and its decision, if sync): stop criteria, the end, or the next step."""
         if _meets(state.launch.stop_criteria, state.last):
-            self._finish(state, "stopped")
+            self._finish(state, FinishHow.STOPPED)
         elif self.sim.max_budget is not None and state.budget >= self.sim.max_budget:
-            self._finish(state, "returned")
+            self._finish(state, FinishHow.RETURNED)
         else:
             self._schedule_next(state, now)
 
-    def _finish(self, state: _Sim, how: str) -> None:
+    def _finish(self, state: _Sim, how: FinishHow) -> None:
         launch = state.launch
         checkpoint = None
-        if how == "paused" or (launch.checkpoint_at_end and state.budget > launch.iteration):
+        at_end = launch.checkpoint_at_end and state.budget > launch.iteration
+        if how is FinishHow.PAUSED or at_end:
             checkpoint = self._save(state)
         state.token = -1  # ended: no more results, stop and decisions ignored
         self._ready.append(Finished(launch.trial_id, launch.epoch, how, checkpoint))

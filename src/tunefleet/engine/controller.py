@@ -147,7 +147,7 @@ class Controller:
         self._fill_slots()
         for event in self.backend.poll(_POLL_S):
             self._apply(event)
-        fatal = getattr(self.backend, "fatal", None)
+        fatal = self.backend.fatal
         if fatal is not None:
             raise RuntimeError(f"The trainable could not be loaded in a worker:\n{fatal.traceback}")
         self._check_experiment_stop()

@@ -317,7 +317,7 @@ def _drive(
         callbacks=list(run_config.callbacks or []),
         reporter=reporter,
         trials=resume.trials if resume else None,
-        clock=getattr(backend, "clock", time.monotonic),  # the simulated backend's is virtual
+        clock=backend.clock,  # the simulated backend's is virtual
     )
     status = "failed"
     try:
@@ -374,7 +374,7 @@ def _max_concurrent(tune_config: TuneConfig, backend: Backend, resources: dict[s
     A cluster that grows and shrinks (the Ray backend) has no fixed limit: the backend
     says what fits now (`can_start`).
     """
-    if getattr(backend, "elastic", False):
+    if backend.elastic:
         return tune_config.max_concurrent_trials or sys.maxsize
     capacity = backend.capacity()
     fits = math.inf

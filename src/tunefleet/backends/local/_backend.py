@@ -16,20 +16,26 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from tunefleet._redact import get_logger
-from tunefleet.backends._attempt import (
-    limit_deadline,
-    out_of_memory,
-    stderr_tail,
-    timeout_record,
-    trial_event,
-    trial_stderr_tail,
+from tunefleet.backends._attempt import Worker, limit_deadline, stderr_tail, trial_stderr_tail
+from tunefleet.backends._base import Event, TrialLaunch
+from tunefleet.backends._pool import PoolBackend
+from tunefleet.backends._protocol import (
+    Exit,
+    FromWorker,
+    Ready,
+    SetupFailed,
+    Start,
+    ToWorker,
+    TrialFailed,
+    TrialFinished,
+    TrialResults,
+    WorkerSetup,
 )
-from tunefleet.backends._base import Backend, Event, Failed, Finished, TrialLaunch
 from tunefleet.backends.local._memory import MemoryGuard
 from tunefleet.backends.local._resources import (
     ResourcePool,
@@ -45,23 +51,15 @@ logger = get_logger(__name__)
 _PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
 
 
-@dataclass
-class _Worker:
+@dataclass(kw_only=True, eq=False)
+class _Process(Worker):
+    """A worker process: the leader of its own process group."""
+
     proc: subprocess.Popen[bytes]
     conn: Connection
-    gpus: tuple[str, ...]
-    launch: TrialLaunch | None = None
+    gpus: tuple[str, ...]  # the devices it sees (CUDA_VISIBLE_DEVICES): reuse key
     held: dict[str, float] = field(default_factory=dict)
-    stop_deadline: float | None = None  # when a stop request turns into SIGTERM
-    kill_deadline: float | None = None  # when SIGTERM turns into SIGKILL
-    stopping: bool = False
-    ready: bool = False
-    retiring: bool = False  # told to exit; never given another trial
-    # limits of the running attempt (trial_timeout_s, heartbeat_timeout_s): monotonic times
-    clock_start: float | None = None  # when the attempt started running (worker ready)
-    last_report: float | None = None  # the heartbeat: start, then every Results
-    last_iteration: int | None = None
-    timed_out: bool = False  # reported Failed(TIMEOUT) and being killed: its messages dropped
+    ready: bool = False  # it loaded the trainable
     escaped: list[Any] = field(default_factory=list)  # descendants out of the process group
     memory_failure: FailureRecord | None = None  # a memory watcher killed it: why
 
@@ -70,7 +68,7 @@ class _Worker:
         return self.proc.pid
 
 
-class LocalBackend(Backend):
+class LocalBackend(PoolBackend[_Process]):
     """Runs trials in worker processes on this machine.
 
     Args:
@@ -104,28 +102,21 @@ class LocalBackend(Backend):
         memory_mechanism: str | None = None,
         node_memory: Callable[[], tuple[float, float]] | None = None,
     ) -> None:
+        super().__init__(reuse=reuse_actors, stop_grace_s=stop_grace_s)
         gpu_ids = detect_gpus()
         total = {"cpu": float(detect_cpus()), "gpu": float(len(gpu_ids)), "memory": detect_memory()}
         total.update(resources or {})
         self._pool = ResourcePool(total, _gpu_ids(total["gpu"], gpu_ids))
-        self._reuse = reuse_actors
         self._memory_usage_threshold = memory_usage_threshold  # node watcher (_memory.py)
-        self._stop_grace = stop_grace_s
         self._kill_grace = kill_grace_s
-        self._workers: dict[Connection, _Worker] = {}
-        self._by_trial: dict[str, _Worker] = {}
+        self._workers: dict[Connection, _Process] = {}
         self._meta_dir = os.path.join(experiment_path, ".tunefleet")
         os.makedirs(self._meta_dir, exist_ok=True)
         self._trainable_file = os.path.join(self._meta_dir, "trainable.pkl")
         self._log = open(os.path.join(self._meta_dir, "workers.log"), "ab")  # noqa: SIM115
-        self.fatal: FailureRecord | None = None
         self._key = new_key()  # verifies the trainable file; given to workers by env only
-        payload = {
-            "trainable": trainable,
-            "experiment_name": experiment_name,
-            "reuse_actors": reuse_actors,
-        }
-        write_trainable_file(self._trainable_file, payload, self._key)
+        setup = WorkerSetup(trainable, experiment_name, reuse_actors)
+        write_trainable_file(self._trainable_file, setup, self._key)
         self._memory = MemoryGuard(
             experiment=experiment_name,
             threshold=memory_usage_threshold,
@@ -147,38 +138,11 @@ class LocalBackend(Backend):
     def start_trial(self, launch: TrialLaunch) -> None:
         gpus = tuple(self._pool.allocate(launch.resources))
         worker = self._idle_worker(gpus) or self._spawn(gpus)
-        worker.launch = launch
         worker.held = launch.resources
-        worker.stopping = False
-        worker.stop_deadline = worker.kill_deadline = None
-        worker.clock_start = worker.last_report = None
-        worker.last_iteration = launch.iteration or None
-        if worker.ready:
-            _start_clocks(worker)
-        self._by_trial[launch.trial_id] = worker
-        launch_dict = {f.name: getattr(launch, f.name) for f in fields(launch)}  # no deep copy
-        launch_dict["resources"] = {**launch.resources, "gpu_ids": list(gpus)}
         worker.memory_failure = None
-        launch_dict.update(self._memory.start(worker.pid, launch.trial_id, launch.resources))
-        self._send(worker, ("start", launch_dict))
-
-    def stop_trial(self, trial_id: str, epoch: int) -> None:
-        worker = self._worker_of(trial_id, epoch)
-        if worker is None or worker.stopping:
-            return
-        worker.stopping = True
-        worker.stop_deadline = time.monotonic() + self._stop_grace
-        self._send(worker, ("stop", trial_id, epoch))
-
-    def send_decision(self, trial_id: str, epoch: int, decision: str) -> None:
-        worker = self._worker_of(trial_id, epoch)
-        if worker is not None:
-            self._send(worker, ("decision", trial_id, epoch, decision))
-
-    def attempt_alive(self, trial_id: str) -> bool:
-        return any(
-            w.launch is not None and w.launch.trial_id == trial_id for w in self._workers.values()
-        )
+        self._assign(worker, launch, running=worker.ready)  # else its clocks start at Ready
+        rlimit_as = self._memory.start(worker.pid, launch.trial_id, launch.resources)
+        self._send(worker, Start(launch, gpus, rlimit_as))
 
     def running_pids(self) -> dict[str, int]:
         """trial_id -> pid of the worker running it (the trial's process group id)."""
@@ -187,13 +151,7 @@ class LocalBackend(Backend):
     # -- events --------------------------------------------------------------------------
     def poll(self, timeout: float) -> list[Event]:
         events: list[Event] = []
-        deadline = min(
-            (d for d in (self._next_deadline(), self._memory_deadline()) if d is not None),
-            default=None,
-        )
-        if deadline is not None:
-            timeout = max(0.0, min(timeout, deadline - time.monotonic()))
-        for ready in wait(list(self._workers), timeout):
+        for ready in wait(list(self._workers), self._poll_timeout(timeout)):
             worker = self._workers.get(ready)  # type: ignore[call-overload]
             if worker is None:
                 continue
@@ -212,44 +170,27 @@ class LocalBackend(Backend):
         self._watch_memory()
         return events
 
-    def _handle(self, worker: _Worker, msg: tuple[Any, ...], events: list[Event]) -> None:
-        kind = msg[0]
-        if kind == "ready":
+    def _handle(self, worker: _Process, msg: FromWorker, events: list[Event]) -> None:
+        if isinstance(msg, (TrialResults, TrialFinished, TrialFailed)):
+            self._on_trial_message(worker, msg, events)
+        elif isinstance(msg, Ready):
             worker.ready = True
             if worker.launch is not None:
-                _start_clocks(worker)  # interpreter start-up is not the trial's time
-            return
-        if kind == "setup_failed":
-            self.fatal = FailureRecord.from_json(msg[1])
-            return
-        event = trial_event(worker, msg)  # None: an attempt already reported as ended
-        if event is None:
-            return
-        if isinstance(event, Failed):
-            failure = self._memory.explain(worker.pid, event.failure)
-            event = Failed(event.trial_id, event.epoch, failure)
-        events.append(event)
-        if isinstance(event, (Finished, Failed)):
-            self._release(worker)
-        if out_of_memory(event) and not worker.retiring:
-            self._retire(worker)  # the next trial gets the memory (host or GPU) back
+                worker.start_clock()  # interpreter start-up is not the trial's time
+        elif isinstance(msg, SetupFailed):
+            self._fatal = msg.failure
 
-    def _release(self, worker: _Worker) -> None:
-        launch = worker.launch
+    def _explain(self, worker: _Process, failure: FailureRecord) -> FailureRecord:
+        return self._memory.explain(worker.pid, failure)
+
+    def _free(self, worker: _Process) -> None:
         self._memory.end(worker.pid)
         worker.memory_failure = None
-        if launch is not None:
+        if worker.launch is not None:
             self._pool.release(worker.held, list(worker.gpus))
-            if self._by_trial.get(launch.trial_id) is worker:  # not a newer attempt's
-                del self._by_trial[launch.trial_id]
-        worker.launch = None
         worker.held = {}
-        worker.stopping = False
-        worker.stop_deadline = worker.kill_deadline = None
-        if not self._reuse:
-            self._retire(worker)
 
-    def _on_death(self, worker: _Worker, events: list[Event]) -> None:
+    def _on_death(self, worker: _Process, events: list[Event]) -> None:
         if self._workers.pop(worker.conn, None) is None:
             return
         self._memory.detach(worker.pid)  # its cgroup is read below, removed later
@@ -261,65 +202,36 @@ class LocalBackend(Backend):
         _killpg(worker.pid, signal.SIGKILL)  # no orphan of the trial survives it
         _signal_escaped(worker, signal.SIGKILL)
         worker.conn.close()
-        if not worker.ready and self.fatal is None and not (worker.stopping or worker.retiring):
+        if not worker.ready and self._fatal is None and not (worker.stopping or worker.retiring):
             self._log.flush()
             tail = stderr_tail(self._log.name)
-            self.fatal = FailureRecord(
+            self._fatal = FailureRecord(
                 kind=FailureKind.CRASH,
                 message=f"a worker process exited with code {returncode} before it was ready",
                 exit_code=returncode,
                 traceback=f"worker output ({self._log.name}):\n{tail}",
             )
-        launch = worker.launch
-        if launch is None:
-            return
-        if worker.stopping:
-            events.append(Finished(launch.trial_id, launch.epoch, "stopped"))
-        elif not worker.timed_out:  # a timed-out attempt was reported when it timed out
-            failure = self._death_failure(worker, returncode)  # memory limit, else crash
-            events.append(Failed(launch.trial_id, launch.epoch, failure))
-        self._release(worker)
+        # a memory limit, else a crash
+        self._report_death(worker, events, lambda: self._death_failure(worker, returncode))
 
-    def _enforce_deadlines(self, events: list[Event]) -> None:
-        now = time.monotonic()
-        for worker in list(self._workers.values()):
-            limit = _limit_deadline(worker)
-            if limit is not None and now >= limit[0]:
-                self._time_out(worker, limit[1], now, events)
-            elif worker.stop_deadline is not None and now >= worker.stop_deadline:
-                worker.stop_deadline = None
-                worker.kill_deadline = now + self._kill_grace
-                _signal_tree(worker, signal.SIGTERM)
-            elif worker.kill_deadline is not None and now >= worker.kill_deadline:
-                worker.kill_deadline = None
-                _signal_tree(worker, signal.SIGKILL)
+    def _force_stop(self, worker: _Process, now: float) -> float | None:
+        """SIGTERM to its process tree, then SIGKILL after kill_grace_s."""
+        if worker.forced == 0:
+            _signal_tree(worker, signal.SIGTERM)
+            return now + self._kill_grace
+        _signal_tree(worker, signal.SIGKILL)
+        return None
 
-    def _next_deadline(self) -> float | None:
-        deadlines = []
-        for w in self._workers.values():
-            limit = _limit_deadline(w)
-            deadlines += [d for d in (w.stop_deadline, w.kill_deadline) if d is not None]
-            deadlines += [limit[0]] if limit is not None else []
-        return min(deadlines) if deadlines else None
-
-    def _time_out(self, worker: _Worker, limit: str, now: float, events: list[Event]) -> None:
-        """Report the attempt as TIMEOUT now, once; kill its tree; release at its death."""
-        launch = worker.launch
-        assert launch is not None
-        failure = timeout_record(worker, limit, now)
-        worker.timed_out = True
-        worker.retiring = True  # never given another trial: replaced
-        if self._by_trial.get(launch.trial_id) is worker:
-            del self._by_trial[launch.trial_id]
-        worker.stop_deadline = None
-        worker.kill_deadline = now + self._kill_grace
-        _signal_tree(worker, signal.SIGTERM)
-        events.append(Failed(launch.trial_id, launch.epoch, failure))
+    def _limit_deadline(self, worker: _Process) -> tuple[float, str] | None:
+        if worker.memory_failure is not None:  # killed by a memory watcher: that is its failure
+            return None
+        return limit_deadline(worker)
 
     # -- memory (_memory.py) ---------------------------------------------------------------
-    def _memory_deadline(self) -> float | None:
+    def _next_deadline(self) -> float | None:
         due = self._memory.due_in()
-        return None if due is None else time.monotonic() + due
+        memory = None if due is None else time.monotonic() + due
+        return min((d for d in (super()._next_deadline(), memory) if d is not None), default=None)
 
     def _watch_memory(self) -> None:
         """Kill what the memory watchers name (a trial over its limit, the node's newest)."""
@@ -330,7 +242,7 @@ class LocalBackend(Backend):
                 worker.memory_failure = failure  # reported when it is dead: _on_death
                 _signal_tree(worker, signal.SIGKILL)
 
-    def _death_failure(self, worker: _Worker, returncode: int) -> FailureRecord:
+    def _death_failure(self, worker: _Process, returncode: int) -> FailureRecord:
         """Why the worker running a trial died: a memory limit, else a crash."""
         launch = worker.launch
         assert launch is not None
@@ -342,7 +254,10 @@ class LocalBackend(Backend):
         return failure
 
     # -- workers -------------------------------------------------------------------------
-    def _idle_worker(self, gpus: tuple[str, ...]) -> _Worker | None:
+    def _live_workers(self) -> list[_Process]:
+        return list(self._workers.values())
+
+    def _idle_worker(self, gpus: tuple[str, ...]) -> _Process | None:
         for worker in self._workers.values():
             if worker.launch is None and not worker.retiring and worker.gpus == gpus:
                 return worker
@@ -352,7 +267,7 @@ class LocalBackend(Backend):
                 break
         return None
 
-    def _spawn(self, gpus: tuple[str, ...]) -> _Worker:
+    def _spawn(self, gpus: tuple[str, ...]) -> _Process:
         parent, child = socket.socketpair()
         child_fd = child.fileno()
         env = dict(os.environ)
@@ -379,33 +294,24 @@ class LocalBackend(Backend):
         )
         child.close()
         self._memory.attach(proc.pid)  # before any trial: its children inherit the cgroup
-        worker = _Worker(proc=proc, conn=Connection(parent.detach()), gpus=gpus)
+        worker = _Process(proc=proc, conn=Connection(parent.detach()), gpus=gpus)
         self._workers[worker.conn] = worker
         return worker
 
-    def _retire(self, worker: _Worker) -> None:
+    def _retire(self, worker: _Process) -> None:
         worker.retiring = True
-        self._send(worker, ("exit",))
+        self._send(worker, Exit())
 
-    def _send(self, worker: _Worker, msg: tuple[Any, ...]) -> None:
+    def _send(self, worker: _Process, msg: ToWorker) -> None:
         try:
             worker.conn.send(msg)
         except OSError:
             pass  # it died; poll() reports it
 
-    def _worker_of(self, trial_id: str, epoch: int) -> _Worker | None:
-        worker = self._by_trial.get(trial_id)
-        if worker is None or worker.launch is None or worker.launch.epoch != epoch:
-            return None
-        return worker
-
     def shutdown(self) -> None:
         """Stop all workers: ask, then SIGTERM, then SIGKILL their process groups."""
         workers = list(self._workers.values())
-        for worker in workers:
-            if worker.launch is not None:
-                self._send(worker, ("stop", worker.launch.trial_id, worker.launch.epoch))
-            self._send(worker, ("exit",))
+        self._ask_to_exit(workers)
         _wait_all(workers, 1.0)
         for worker in workers:
             if worker.proc.poll() is None:
@@ -426,18 +332,7 @@ class LocalBackend(Backend):
             pass
 
 
-def _start_clocks(worker: _Worker) -> None:
-    worker.clock_start = worker.last_report = time.monotonic()
-
-
-def _limit_deadline(worker: _Worker) -> tuple[float, str] | None:
-    """When the running attempt times out, and which limit that is; None if never."""
-    if worker.memory_failure is not None:  # killed by a memory watcher: that is its failure
-        return None
-    return limit_deadline(worker)
-
-
-def _signal_tree(worker: _Worker, sig: signal.Signals) -> None:
+def _signal_tree(worker: _Process, sig: signal.Signals) -> None:
     """Signal the worker's process group, and its descendants that left the group (setsid).
 
     Those are found while the worker lives (orphans are re-parented to it, a subreaper)
@@ -458,7 +353,7 @@ def _signal_tree(worker: _Worker, sig: signal.Signals) -> None:
     _signal_escaped(worker, sig)
 
 
-def _signal_escaped(worker: _Worker, sig: signal.Signals) -> None:
+def _signal_escaped(worker: _Process, sig: signal.Signals) -> None:
     if not worker.escaped:
         return
     import psutil
@@ -470,7 +365,7 @@ def _signal_escaped(worker: _Worker, sig: signal.Signals) -> None:
             pass
 
 
-def _wait_all(workers: list[_Worker], timeout: float) -> None:
+def _wait_all(workers: list[_Process], timeout: float) -> None:
     end = time.monotonic() + timeout
     for worker in workers:
         try:

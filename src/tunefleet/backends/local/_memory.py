@@ -131,14 +131,14 @@ class MemoryGuard:
         self._gone.clear()
         self.mechanism.tidy()
 
-    def start(self, pid: int, trial_id: str, resources: dict[str, Any]) -> dict[str, Any]:
-        """Apply the trial's limit; return what the worker must know (RLIMIT_AS)."""
+    def start(self, pid: int, trial_id: str, resources: dict[str, Any]) -> int | None:
+        """Apply the trial's limit; return the RLIMIT_AS the worker sets for it, if any."""
         limit = int(resources.get("memory", 0) or 0)
         enforced = self.mechanism.apply(pid, limit or None)
         self._running[pid] = _Running(trial_id, limit, time.monotonic(), enforced)
         # CUDA reserves huge address space, so RLIMIT_AS would break GPU trials
         rlimit = self.mechanism.worker_rlimit and limit and not resources.get("gpu")
-        return {"rlimit_as": limit if rlimit else None}
+        return limit if rlimit else None
 
     def end(self, pid: int) -> None:
         """The worker's trial ended: remember its peak for the next estimates."""

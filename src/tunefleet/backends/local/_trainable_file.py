@@ -32,7 +32,7 @@ def _digest(key: bytes, payload: bytes) -> bytes:
     return hmac.new(key, payload, hashlib.sha256).hexdigest().encode("ascii")
 
 
-def write_trainable_file(path: str, payload: dict[str, Any], key: bytes) -> None:
+def write_trainable_file(path: str, payload: object, key: bytes) -> None:
     """Pickle `payload` with cloudpickle and write it, signed, atomically (mode 0600)."""
     import cloudpickle
 

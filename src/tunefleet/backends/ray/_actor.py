@@ -1,9 +1,9 @@
-"""The trial side on Ray: an actor that runs the local backend's worker loop.
+"""The trial side on Ray: an actor that runs the trial loop.
 
-The worker loop (``backends/local/_worker.py``) is the same code that runs in a local
-worker process: it runs function and class trainables, turns ``report()`` into
-messages, saves checkpoints and builds failure records. Here it runs in a thread of a
-Ray actor and talks to the actor's methods through a pipe:
+The trial loop (``backends/_loop.py``) is the same code that runs in a local worker
+process: it runs function and class trainables, turns ``report()`` into messages,
+saves checkpoints and builds failure records. Here it runs in a thread of a Ray
+actor and talks to the actor's methods through a pipe:
 
     driver --start/send--> actor --pipe--> worker loop (thread) --pipe--> actor
     driver <--events (long poll)-- actor
@@ -23,7 +23,8 @@ import sys
 import threading
 import time
 from multiprocessing import Pipe
-from typing import Any
+
+from tunefleet.backends._protocol import FromWorker, Gone, Start, ToWorker, TrialResults
 
 _LINGER_S = 0.02  # after a result, gather what follows this long (not for sync trials)
 
@@ -32,8 +33,8 @@ class TrialActor:
     """Runs trials one after another, like a local worker process; made remote by the backend.
 
     Args:
-        payload: the cloudpickled ``{"trainable", "experiment_name", "reuse_actors"}``,
-            put in Ray's object store once for all actors.
+        payload: the cloudpickled ``WorkerSetup``, put in Ray's object store once for
+            all actors.
         sys_path: the driver's ``sys.path``; entries that exist here are added, so a
             trainable defined in a module next to the driver's script imports on a
             single machine or a shared file system.
@@ -43,20 +44,15 @@ class TrialActor:
         sys.path[:0] = [p for p in sys_path if p not in sys.path and os.path.isdir(p)]
         import cloudpickle
 
-        from tunefleet.backends.local._worker import _Worker
-        from tunefleet.trainable import unwrap
+        from tunefleet.backends._loop import TrialLoop
 
-        loaded = cloudpickle.loads(payload)
-        self._conn, worker_end = Pipe()
-        worker = _Worker(worker_end, trainable_file="")
-        worker.inner, _, worker.params = unwrap(loaded["trainable"])
-        worker.experiment_name = loaded["experiment_name"]
-        worker.reuse = loaded["reuse_actors"]
+        self._conn, loop_end = Pipe()
+        loop = TrialLoop(loop_end, cloudpickle.loads(payload))
         self._order = threading.Condition()
         self._next = 0  # the sequence number of the next message to pass on
         self._sync = False  # the running trial waits for a decision after each result
         self._recv_lock = threading.Lock()
-        self._thread = threading.Thread(target=worker.serve, name="tunefleet-trials", daemon=True)
+        self._thread = threading.Thread(target=loop.serve, name="tunefleet-trials", daemon=True)
         self._thread.start()
 
     def where(self) -> tuple[str, int, list[str]]:
@@ -67,11 +63,11 @@ class TrialActor:
         gpus = context.get_accelerator_ids().get("GPU", [])
         return context.get_node_id(), os.getpid(), [str(g) for g in gpus]
 
-    def send(self, seq: int, msg: tuple[Any, ...]) -> None:
-        """Pass message `seq` (0, 1, ...) to the worker loop: start, stop, decision or exit."""
-        if msg[0] == "start":  # the GPUs Ray gave this actor (it set CUDA_VISIBLE_DEVICES)
-            msg[1]["resources"]["gpu_ids"] = self.where()[2]
-            self._sync = bool(msg[1]["sync"])
+    def send(self, seq: int, msg: ToWorker) -> None:
+        """Pass message `seq` (0, 1, ...) to the trial loop: start, stop, decision or exit."""
+        if isinstance(msg, Start):  # the GPUs Ray gave this actor (it set CUDA_VISIBLE_DEVICES)
+            msg = msg._replace(gpu_ids=tuple(self.where()[2]))
+            self._sync = msg.launch.sync
         with self._order:
             self._order.wait_for(lambda: self._next == seq)
             self._conn.send(msg)
@@ -79,9 +75,9 @@ class TrialActor:
             self._order.notify_all()
 
     def events(
-        self, timeout: float, inbox: list[tuple[int, tuple[Any, ...]]] | None = None
-    ) -> list[tuple[Any, ...]]:
-        """The worker loop's messages: all that are ready, waiting up to `timeout` for one.
+        self, timeout: float, inbox: list[tuple[int, ToWorker]] | None = None
+    ) -> list[FromWorker]:
+        """The trial loop's messages: all that are ready, waiting up to `timeout` for one.
 
         `inbox` is numbered messages to pass on first (a start rides on this call, which
         saves a round trip). After a result, what follows within `_LINGER_S` comes along
@@ -90,14 +86,14 @@ class TrialActor:
         """
         for seq, msg in inbox or []:
             self.send(seq, msg)
-        out: list[tuple[Any, ...]] = []
+        out: list[FromWorker] = []
         with self._recv_lock:
             if not self._conn.poll(timeout):
-                return out if self._thread.is_alive() else [("gone",)]  # told to exit
+                return out if self._thread.is_alive() else [Gone()]  # told to exit
             until = time.monotonic() + (0.0 if self._sync else _LINGER_S)
             while True:
                 out.append(self._conn.recv())
-                ended = out[-1][0] != "results"  # the trial ended (or the loop did)
+                ended = not isinstance(out[-1], TrialResults)  # the trial (or loop) ended
                 if not self._conn.poll(0.0 if ended else max(0.0, until - time.monotonic())):
                     break
         return out

@@ -1,0 +1,363 @@
+"""The trial side: the loop that runs trials in a worker, the same code in a local worker
+process and in a Ray actor.
+
+It imports the trainable once, then runs one trial after another as the backend's
+messages say (``_protocol.py``): function and class trainables, ``report()`` turned
+into result messages (batched by the session), stop and pause at the next report,
+checkpoints of class trainables, and a failure record for whatever the trial raised.
+Each trial's stdout and stderr go to its own log files, and no process it started
+outlives it.
+"""
+
+from __future__ import annotations
+
+import glob
+import inspect
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from typing import Any
+
+from tunefleet import session as session_mod
+from tunefleet._redact import reveal, scrub_failure
+from tunefleet.backends._base import FinishHow, TrialLaunch
+from tunefleet.backends._protocol import (
+    Decide,
+    Exit,
+    ResultItem,
+    Start,
+    Stop,
+    ToWorker,
+    TrialFailed,
+    TrialFinished,
+    TrialMessage,
+    TrialResults,
+    WorkerSetup,
+)
+from tunefleet.backends.local import _memory
+from tunefleet.session import StopTrial, TrialSession, TuneContext
+from tunefleet.trial import FailureKind, FailureRecord
+
+
+class TrialLoop:
+    """Runs trials one after another on one channel to the backend.
+
+    Args:
+        channel: the connection to the backend: `Start`, `Stop`, `Decide` and `Exit`
+            come in; `TrialResults`, `TrialFinished` and `TrialFailed` go out.
+        setup: the trainable (imported here, once) and what its trials are told.
+    """
+
+    def __init__(self, channel: Connection, setup: WorkerSetup) -> None:
+        from tunefleet.trainable import unwrap
+
+        self._channel = channel
+        self._inner, _, self._params = unwrap(setup.trainable)
+        self._experiment_name = setup.experiment_name
+        self._reuse = setup.reuse_actors
+        self._instance: Any = None  # a kept class-trainable instance (reuse_actors)
+        self._current: tuple[str, int] | None = None  # (trial_id, epoch) running now
+        self._pending: list[ToWorker] = []  # messages read ahead while a trial ran
+
+    def serve(self) -> None:
+        """Run trials until told to exit or the channel closes."""
+        while True:
+            try:
+                msg = self._next_message()
+            except EOFError:
+                return
+            if isinstance(msg, Start):
+                self.run_trial(msg)
+            elif isinstance(msg, Exit):
+                self._drop_instance()
+                return
+
+    # -- messages ------------------------------------------------------------------
+    def _next_message(self) -> ToWorker:
+        if self._pending:
+            return self._pending.pop(0)
+        msg: ToWorker = self._channel.recv()
+        return msg
+
+    def _send(self, msg: TrialMessage) -> None:
+        self._channel.send(msg)
+
+    def _send_results(self, batch: list[ResultItem]) -> None:
+        assert self._current is not None
+        self._channel.send(TrialResults(self._current[0], self._current[1], batch))
+
+    def _poll_control(self, block: bool) -> str | None:
+        """Read control messages for the running trial; return STOP/PAUSE/CONTINUE."""
+        while block or self._channel.poll(0):
+            msg: ToWorker = self._channel.recv()
+            if isinstance(msg, (Start, Exit)):
+                self._pending.append(msg)  # for after this trial
+                if isinstance(msg, Exit):
+                    return "STOP"
+                continue
+            if (msg.trial_id, msg.epoch) != self._current:
+                continue  # for an older trial or attempt
+            if isinstance(msg, Stop):
+                return "STOP"
+            if isinstance(msg, Decide) and (msg.decision != "CONTINUE" or block):
+                return msg.decision
+        return None
+
+    # -- trials --------------------------------------------------------------------
+    def run_trial(self, start: Start) -> None:
+        """Run one attempt to its end and send how it ended."""
+        launch = start.launch
+        trial_id, epoch = launch.trial_id, launch.epoch
+        self._current = (trial_id, epoch)
+        os.makedirs(launch.trial_dir, exist_ok=True)
+        restore_out = _redirect_output(launch.trial_dir)
+        os.environ["TUNEFLEET_TRIAL_ID"] = trial_id
+        resources: dict[str, Any] = {**launch.resources, "gpu_ids": list(start.gpu_ids)}
+        context = TuneContext(
+            trial_id=trial_id,
+            trial_name=launch.name,
+            trial_dir=launch.trial_dir,
+            experiment_name=self._experiment_name,
+            attempt=launch.attempt,
+            resources=resources,
+        )
+        session = TrialSession(
+            context=context,
+            send=self._send_results,
+            poll_control=self._poll_control,
+            checkpoint=launch.checkpoint,
+            iteration=launch.iteration,
+            time_total=launch.time_total,
+            sync=launch.sync,
+            stop_criteria=launch.stop_criteria,
+            storage_dir=launch.storage_dir,
+            storage_filesystem=launch.storage_filesystem,
+        )
+        session_mod._set_session(session)
+        outcome: TrialMessage
+        _memory.reset_peaks()
+        undo_limit = _memory.limit_address_space(start.rlimit_as)  # "rlimit" mechanism
+        try:
+            if inspect.isclass(self._inner):
+                self._run_class(launch, session)
+            else:
+                self._inner(reveal(launch.config), **self._params)  # tune.Secret unwrapped
+            outcome = TrialFinished(trial_id, epoch, FinishHow.RETURNED, None)
+        except StopTrial as stop:
+            how = FinishHow.PAUSED if stop.pause else FinishHow.STOPPED
+            try:
+                final_checkpoint = None
+                if inspect.isclass(self._inner) and (launch.checkpoint_at_end or stop.pause):
+                    final_checkpoint = self._save_class_checkpoint(session, launch)
+                outcome = TrialFinished(trial_id, epoch, how, final_checkpoint)
+            except Exception as exc:  # e.g. CheckpointWriteError (disk full): fail, named
+                failure = _failure_from_exception(exc, launch, session)
+                outcome = TrialFailed(trial_id, epoch, failure)
+                self._drop_instance()
+        except BaseException as exc:
+            undo_limit()  # room to build the failure record
+            outcome = TrialFailed(trial_id, epoch, _failure_from_exception(exc, launch, session))
+            self._drop_instance()
+        finally:
+            undo_limit()
+            session.close()
+            session_mod._set_session(None)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            _kill_children()
+            restore_out()
+            self._current = None
+        self._send(outcome)
+
+    def _run_class(self, launch: TrialLaunch, session: TrialSession) -> None:
+        config = reveal(launch.config)  # tune.Secret unwrapped
+        if self._instance is not None and not (self._reuse and self._instance.reset_config(config)):
+            self._drop_instance()
+        if self._instance is None:
+            self._instance = self._inner(config, **self._params)
+        if session.checkpoint is not None:
+            with session.checkpoint.as_directory() as directory:  # a remote one is downloaded
+                _load_class_checkpoint(self._instance, directory)
+        freq = launch.checkpoint_freq
+        while True:
+            result = self._instance.step()
+            if not isinstance(result, dict):
+                raise TypeError(
+                    f"{type(self._instance).__name__}.step() must return a dict of metrics, "
+                    f"not {type(result).__name__}"
+                )
+            done = bool(result.get("done", False))
+            iteration = session.iteration + 1
+            want = (freq and iteration % freq == 0) or (done and launch.checkpoint_at_end)
+            checkpoint = None
+            tmp = None
+            if want:
+                tmp = tempfile.mkdtemp(prefix=".ckpt_", dir=launch.trial_dir)
+                _save_class_state(self._instance, tmp)
+                from tunefleet.storage.checkpoint import Checkpoint
+
+                checkpoint = Checkpoint(tmp)
+            try:
+                session.report(result, checkpoint)
+            finally:
+                if tmp:
+                    shutil.rmtree(tmp, ignore_errors=True)
+            if done:
+                return None
+
+    def _save_class_checkpoint(self, session: TrialSession, launch: TrialLaunch) -> str | None:
+        if self._instance is None:
+            return None
+        tmp = tempfile.mkdtemp(prefix=".ckpt_", dir=launch.trial_dir)
+        try:
+            _save_class_state(self._instance, tmp)
+            return session.persist(tmp, session.iteration)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def _drop_instance(self) -> None:
+        if self._instance is not None:
+            try:
+                self._instance.cleanup()
+            finally:
+                self._instance = None
+
+
+def _save_class_state(instance: Any, directory: str) -> None:
+    import json
+
+    extra = instance.save_checkpoint(directory)
+    if isinstance(extra, dict):
+        with open(os.path.join(directory, ".tunefleet_state.json"), "w") as f:
+            json.dump(extra, f)
+
+
+def _load_class_checkpoint(instance: Any, directory: str) -> None:
+    import json
+
+    state_file = os.path.join(directory, ".tunefleet_state.json")
+    if os.path.exists(state_file):
+        with open(state_file) as f:
+            instance.load_checkpoint(json.load(f))
+    else:
+        instance.load_checkpoint(directory)
+
+
+def _failure_from_exception(
+    exc: BaseException, launch: TrialLaunch, session: TrialSession
+) -> FailureRecord:
+    kind = FailureKind.EXCEPTION
+    name = type(exc).__name__
+    message = str(exc)
+    if isinstance(exc, SystemExit):
+        message = f"the trainable called sys.exit({exc.code!r})"
+    crash = _program_crash(exc, launch, session)
+    if crash is not None:
+        return scrub_failure(crash, launch.config)
+    failure = FailureRecord(
+        kind=kind,
+        message=message,
+        traceback="".join(traceback.format_exception(exc)),
+        exception_type=f"{type(exc).__module__}.{name}"
+        if type(exc).__module__ != "builtins"
+        else name,
+        attempt=launch.attempt,
+        iteration=session.iteration,
+        checkpoint=launch.checkpoint,
+    )
+    _memory.memory_failure(exc, failure)  # OOM (MemoryError) or GPU_OOM, with the peak
+    return scrub_failure(failure, launch.config)  # the trial's secrets stay in its process
+
+
+def _program_crash(
+    exc: BaseException, launch: TrialLaunch, session: TrialSession
+) -> FailureRecord | None:
+    """The failure of a program run by the trial (`tunefleet run`) that exited non-zero
+    or was killed: a CRASH with its exit code or signal and its stderr, no traceback
+    (the trial's own stack says nothing about the program)."""
+    if type(exc).__name__ != "ScriptError" or not type(exc).__module__.startswith("tunefleet"):
+        return None
+    exit_code, signame = getattr(exc, "exit_code", None), getattr(exc, "signal", None)
+    if exit_code is None and signame is None:
+        return None  # it broke the report protocol: an EXCEPTION with the message
+    return FailureRecord(
+        kind=FailureKind.CRASH,
+        message=str(getattr(exc, "summary", exc)),
+        exit_code=exit_code,
+        signal=signame,
+        stderr_tail=getattr(exc, "stderr_tail", None),
+        attempt=launch.attempt,
+        iteration=session.iteration,
+        checkpoint=launch.checkpoint,
+    )
+
+
+def _redirect_output(trial_dir: str) -> Callable[[], None]:
+    """Point fds 1 and 2 (and children's) at the trial's log files; return the undo."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = (os.dup(1), os.dup(2))
+    out = os.open(os.path.join(trial_dir, "stdout.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    err = os.open(os.path.join(trial_dir, "stderr.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    os.dup2(out, 1)
+    os.dup2(err, 2)
+    os.close(out)
+    os.close(err)
+
+    def restore() -> None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        os.close(saved[0])
+        os.close(saved[1])
+
+    return restore
+
+
+def _children(pid: int) -> list[int]:
+    found: list[int] = []
+    for path in glob.glob(f"/proc/{pid}/task/*/children"):
+        try:
+            with open(path) as f:
+                found.extend(int(p) for p in f.read().split())
+        except OSError:
+            continue
+    return found
+
+
+def _kill_children() -> None:
+    """No process a trial started outlives it, even when the worker is reused.
+
+    Orphans (double forks, daemons in a session of their own) were re-parented to
+    this worker, a subreaper, so the tree holds them too. The tree is killed again
+    until it is empty: a process may fork while its parent is being killed.
+    """
+    deadline = time.monotonic() + 5.0
+    while time.monotonic() < deadline:
+        tree, stack = [], _children(os.getpid())
+        while stack:
+            pid = stack.pop()
+            tree.append(pid)
+            stack.extend(_children(pid))
+        for pid in tree:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        while True:  # reap what died (zombies are still listed as children)
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                break
+        if not _children(os.getpid()):
+            return
+        time.sleep(0.01)

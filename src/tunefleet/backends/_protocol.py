@@ -1,0 +1,108 @@
+"""The messages between a backend and the worker loop (``_loop.py``) that runs its trials.
+
+They travel pickled: over a socket pair to a local worker process, through a pipe and
+Ray calls to a Ray actor. NamedTuples, because a report's batch goes out as one
+message and a NamedTuple costs little more than a plain tuple to build and pickle.
+
+    backend -> loop:  Start | Stop | Decide | Exit
+    loop -> backend:  TrialResults | TrialFinished | TrialFailed
+    worker -> backend (outside the loop):  Ready | SetupFailed (local), Gone (Ray)
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from tunefleet.backends._base import FinishHow, TrialLaunch
+from tunefleet.trial import FailureRecord
+
+ResultItem = tuple[dict[str, Any], str | None]  # (metrics, checkpoint path)
+
+
+class WorkerSetup(NamedTuple):
+    """What every worker loads once: the trainable and what its trials are told."""
+
+    trainable: Any
+    experiment_name: str
+    reuse_actors: bool
+
+
+# -- backend -> loop ---------------------------------------------------------------------
+class Start(NamedTuple):
+    """Run this attempt. `gpu_ids` are the devices it is given; `rlimit_as` the address
+    space the worker lets it add (the local backend's "rlimit" memory mechanism)."""
+
+    launch: TrialLaunch
+    gpu_ids: tuple[str, ...] = ()
+    rlimit_as: int | None = None
+
+
+class Stop(NamedTuple):
+    """Stop the attempt at its next report (or between reports, if it asks)."""
+
+    trial_id: str
+    epoch: int
+
+
+class Decide(NamedTuple):
+    """The scheduler's answer to a sync attempt's result: CONTINUE, PAUSE or STOP."""
+
+    trial_id: str
+    epoch: int
+    decision: str
+
+
+class Exit(NamedTuple):
+    """End the loop once the running attempt (if any) has stopped."""
+
+
+ToWorker = Start | Stop | Decide | Exit
+
+
+# -- loop -> backend ---------------------------------------------------------------------
+class TrialResults(NamedTuple):
+    """One or more results of the attempt, in order."""
+
+    trial_id: str
+    epoch: int
+    items: list[ResultItem]
+
+
+class TrialFinished(NamedTuple):
+    """The attempt ended without error (see `Finished` for `how`)."""
+
+    trial_id: str
+    epoch: int
+    how: FinishHow
+    checkpoint: str | None
+
+
+class TrialFailed(NamedTuple):
+    """The attempt raised; `failure` says what (scrubbed of the trial's secrets)."""
+
+    trial_id: str
+    epoch: int
+    failure: FailureRecord
+
+
+TrialMessage = TrialResults | TrialFinished | TrialFailed
+
+
+# -- a worker's own news -----------------------------------------------------------------
+class Ready(NamedTuple):
+    """A local worker process loaded the trainable; trials' clocks start now."""
+
+    pid: int
+
+
+class SetupFailed(NamedTuple):
+    """A local worker could not load the trainable: every worker would fail alike."""
+
+    failure: FailureRecord
+
+
+class Gone(NamedTuple):
+    """A Ray actor's loop ended (it was told to exit)."""
+
+
+FromWorker = TrialResults | TrialFinished | TrialFailed | Ready | SetupFailed | Gone
