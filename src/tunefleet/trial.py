@@ -1,4 +1,4 @@
-"""The trial record: status, failure record, and their JSON forms.
+"""The trial record: status, why it stopped (`StopCause`), failure record, and their JSON forms.
 
 A `Trial` is plain data owned by the controller. Schedulers, searchers and
 callbacks receive it read-only; the store persists it as JSON columns.
@@ -11,9 +11,47 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-#: `Trial.stop_reason` of a trial its scheduler paused (anything else paused it: an
-#: interruption, which schedulers resume first).
-PAUSED_BY_SCHEDULER = "paused by scheduler"
+
+class StopCause(str, enum.Enum):
+    """Why tunefleet stopped a trial or the experiment: code branches on the member,
+    people read its text (`message`, `str()`), and the store keeps that text.
+
+    A reason with a detail in it (the scheduler's name, the time budget) is plain text
+    in `Trial.stop_reason`; `of` reads a stored reason back.
+    """
+
+    COMPLETED = "completed"  # the trainable returned by itself
+    DONE = "done"  # its last result said done
+    STOP_CRITERIA = "stop criteria"  # RunConfig(stop=...) stopped it
+    PAUSED_BY_SCHEDULER = "paused by scheduler"  # anything else pausing is an interruption
+    NOT_RESUMED_BY_SCHEDULER = "not resumed by the scheduler"
+    NOT_RESUMED = "not resumed (resume_unfinished=False)"
+    INTERRUPTED = "interrupted"  # Ctrl-C: the experiment can be resumed
+    DRIVER_ERROR = "error in the driver"
+    FAIL_FAST = "fail_fast: a trial failed"
+    STOPPER = "stopper ended the experiment"  # Stopper.stop_all()
+
+    @property
+    def message(self) -> str:
+        """The text shown to people (and stored)."""
+        return self.value
+
+    def __str__(self) -> str:
+        return self.value
+
+    @classmethod
+    def of(cls, reason: str | None) -> StopCause | str | None:
+        """The member a stored reason is the text of, else the text itself."""
+        if reason is None or isinstance(reason, StopCause):
+            return reason
+        try:
+            return cls(reason)
+        except ValueError:
+            return reason
+
+
+#: `Trial.stop_reason` of a trial its scheduler paused (kept for its import path).
+PAUSED_BY_SCHEDULER = StopCause.PAUSED_BY_SCHEDULER
 
 
 class TrialStatus(str, enum.Enum):
@@ -120,7 +158,7 @@ class Trial:
     checkpoint_iteration: int = 0  # training_iteration at latest_checkpoint
     checkpoint_time_total: float = 0.0  # time_total_s at latest_checkpoint
     error: FailureRecord | None = None
-    stop_reason: str | None = None
+    stop_reason: StopCause | str | None = None  # text: a reason with a detail in it
     created_at: float = field(default_factory=time.time)
     started_at: float | None = None
     ended_at: float | None = None
@@ -162,6 +200,7 @@ class Trial:
                 **data,
                 "status": TrialStatus(data["status"]),
                 "error": FailureRecord.from_json(error) if error else None,
+                "stop_reason": StopCause.of(data.get("stop_reason")),
             }
         )
 
@@ -172,6 +211,7 @@ class Trial:
 __all__ = [
     "FailureKind",
     "FailureRecord",
+    "StopCause",
     "Trial",
     "TrialStatus",
 ]

@@ -20,7 +20,7 @@ from tunefleet.storage.checkpoint import (
     remove_temporaries,
 )
 from tunefleet.store import ExperimentStore
-from tunefleet.trial import Trial
+from tunefleet.trial import StopCause, Trial
 
 logger = logging.getLogger("tunefleet")
 
@@ -33,7 +33,7 @@ def checkpoint_home(trial_path: str, experiment_path: str, storage_url: str | No
     return f"{storage_url}/{rel}"
 
 
-def met_before_restart(trial: Trial, stop_criteria: dict[str, float]) -> str | None:
+def met_before_restart(trial: Trial, stop_criteria: dict[str, float]) -> StopCause | None:
     """Why `trial` must not run again from its restart point, or None.
 
     Its result at the checkpoint it would restart from already meets a `stop`
@@ -43,11 +43,11 @@ def met_before_restart(trial: Trial, stop_criteria: dict[str, float]) -> str | N
     if not result:
         return None
     if result.get("done"):
-        return "done"
+        return StopCause.DONE
     for key, bound in stop_criteria.items():
         value = result.get(key)
         if isinstance(value, (int, float)) and math.isfinite(value) and value >= bound:
-            return "stop criteria"
+            return StopCause.STOP_CRITERIA
     return None
 
 

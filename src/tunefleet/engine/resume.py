@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from tunefleet.config import CheckpointConfig, FailureConfig, RunConfig, TuneConfig
-from tunefleet.trial import Trial, TrialStatus
+from tunefleet.trial import StopCause, Trial, TrialStatus
 
 _DEFAULT_SEARCHER = "BasicVariantGenerator"
 _DEFAULT_SCHEDULER = "FIFOScheduler"
@@ -328,5 +328,5 @@ def _decide_trials(
             state.changed.append((trial, "resume"))
         else:
             trial.status = TrialStatus.TERMINATED
-            trial.stop_reason = "not resumed (resume_unfinished=False)"
+            trial.stop_reason = StopCause.NOT_RESUMED
             state.changed.append((trial, "not resumed"))

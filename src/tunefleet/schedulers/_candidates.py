@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from types import MappingProxyType
 
-from tunefleet.trial import PAUSED_BY_SCHEDULER, Trial, TrialStatus
+from tunefleet.trial import StopCause, Trial, TrialStatus
 
 
 class Candidates:
@@ -56,7 +56,7 @@ class Candidates:
             self._pending[trial.trial_id] = trial
         else:
             self._paused[trial.trial_id] = trial
-            if trial.stop_reason != PAUSED_BY_SCHEDULER:
+            if trial.stop_reason is not StopCause.PAUSED_BY_SCHEDULER:
                 self._interrupted[trial.trial_id] = trial
 
     def discard(self, trial_id: str) -> Trial | None:
