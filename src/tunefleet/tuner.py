@@ -7,11 +7,16 @@ import difflib
 import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tunefleet.config import CheckpointConfig, FailureConfig, RunConfig, TuneConfig
 from tunefleet.storage.paths import is_url
 from tunefleet.trainable import validate_trainable, with_resources
+from tunefleet.trial import Trial
+
+if TYPE_CHECKING:  # loaded when used: `import tunefleet` stays light (no pandas)
+    from tunefleet.engine.resume import ResumeState
+    from tunefleet.results import ExperimentAnalysis, ResultGrid
 
 logger = logging.getLogger("tunefleet")
 
@@ -66,10 +71,10 @@ class Tuner:
         from tunefleet.space import validate_space
 
         validate_space(self.param_space)
-        self._resume: Any = None  # set by Tuner.restore
+        self._resume: ResumeState | None = None  # set by Tuner.restore
         self._resume_url: str | None = None  # Tuner.restore of an experiment in remote storage
 
-    def fit(self) -> Any:
+    def fit(self) -> ResultGrid:
         """Run the experiment to its end (or continue a restored one); return a `ResultGrid`."""
         from tunefleet.engine.experiment import run_experiment
 
@@ -204,7 +209,7 @@ def _parent_url(url: str) -> str:
     return f"{scheme}://{head}" if sep and head else url
 
 
-def _relocate(trials: list[Any], local: str) -> None:
+def _relocate(trials: list[Trial], local: str) -> None:
     """Trial folders as recorded on the machine that ran them, moved into `local`."""
     marker = os.sep + "trials" + os.sep
     for trial in trials:
@@ -277,7 +282,7 @@ def run(
     trial_dirname_creator: Any = None,
     resume: bool | str = False,
     **unknown: Any,
-) -> Any:
+) -> ExperimentAnalysis:
     """Ray Tune's legacy entry point; returns an `ExperimentAnalysis`.
 
     Unknown keyword arguments are an error (Ray Tune silently ignores some).
