@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from tunefleet.progress import view as view
-from tunefleet.progress.live import StatusReporter
+from tunefleet.progress.live import RunProgress, StatusReporter
 from tunefleet.trial import FailureKind, FailureRecord, Trial, TrialStatus
 
 # A run with a failing trial, a secret in the config and a known total (12 trials).
@@ -171,20 +171,9 @@ def _trial(i: int, status: TrialStatus, loss: float | None, **config: Any) -> Tr
     return trial
 
 
-class _Controller:
-    """What the reporter reads of the controller: its trials, spec, searcher, clock."""
-
-    class spec:  # an attribute bag, as the controller's spec is
-        time_budget_s = 3600.0
-        num_samples = 20
-
-    searcher = None
-
-    def __init__(self, trials: list[Trial]) -> None:
-        self.trials = {t.trial_id: t for t in trials}
-
-    def elapsed(self) -> float:
-        return 600.0
+def _progress(trials: list[Trial]) -> RunProgress:
+    """What the controller gives the reporter: 20 trials in all, 600 s of a 3600 s budget."""
+    return RunProgress(trials, elapsed_s=600.0, total=20, budget_s=3600.0)
 
 
 def _sample() -> list[Trial]:
@@ -198,7 +187,7 @@ def _sample() -> list[Trial]:
 
 def test_snapshot_counts_budget_best_and_limits() -> None:
     reporter = StatusReporter(verbose=1, metric="loss", mode="min", out=io.StringIO())
-    snap = reporter.snapshot(_Controller(_sample()))
+    snap = reporter.snapshot(_progress(_sample()))
     assert snap.counts == {"RUNNING": 14, "TERMINATED": 1, "ERROR": 1}
     assert snap.total == 20 and snap.finished == 2
     assert snap.remaining_s == 3000.0
@@ -216,7 +205,7 @@ def test_rich_and_html_views_show_the_same_and_escape_and_redact() -> None:
     from rich.console import Console
 
     reporter = StatusReporter(verbose=1, metric="loss", mode="min", out=io.StringIO())
-    snap = reporter.snapshot(_Controller(_sample()))
+    snap = reporter.snapshot(_progress(_sample()))
     console = Console(file=io.StringIO(), width=140, record=True)
     console.print(view.rich_view(snap))
     text = console.export_text()
@@ -231,10 +220,10 @@ def test_rich_and_html_views_show_the_same_and_escape_and_redact() -> None:
 def test_verbose_levels(tmp_path: Path) -> None:
     trials = _sample()
     quiet, talkative = io.StringIO(), io.StringIO()
-    StatusReporter(verbose=0, metric="loss", mode="min", out=quiet).update(_Controller(trials))
+    StatusReporter(verbose=0, metric="loss", mode="min", out=quiet).update(_progress(trials))
     reporter = StatusReporter(verbose=3, metric="loss", mode="min", out=talkative)
     trials[0].num_results = 5
-    reporter.update(_Controller(trials))
+    reporter.update(_progress(trials))
     reporter.finish(trials, str(tmp_path), None)
     assert quiet.getvalue() == ""
     out = talkative.getvalue()
@@ -258,7 +247,7 @@ def test_cli_reporter_chooses_columns_rows_and_order() -> None:
     status = StatusReporter(
         verbose=1, metric="loss", mode="min", out=io.StringIO(), progress_reporter=reporter
     )
-    snap = status.snapshot(_Controller(_sample()))
+    snap = status.snapshot(_progress(_sample()))
     assert snap.metric_columns == ["acc", "loss"]
     assert [r.trial_id for r in snap.running] == ["t0013", "t0012", "t0011"]  # lowest loss
     assert snap.more_running == 11 and snap.failures == [] and snap.more_failures == 1

@@ -1,4 +1,5 @@
-"""Small helpers of the controller: Ctrl-C handling between steps, slow-hook warnings."""
+"""Small helpers of the controller: Ctrl-C handling between steps, slow-hook warnings,
+asking the searcher."""
 
 from __future__ import annotations
 
@@ -6,7 +7,9 @@ import logging
 import signal
 import threading
 import time
-from typing import Any
+from typing import Any, Literal
+
+from tunefleet.search._base import FINISHED, Searcher
 
 logger = logging.getLogger("tunefleet")
 
@@ -52,3 +55,27 @@ def warn_if_slow(started: float, what: str) -> None:
     elapsed = time.perf_counter() - started
     if elapsed > _SLOW_HOOK_S:
         logger.warning("%s took %.2fs; the controller waits for it", what, elapsed)
+
+
+def ask_searcher(searcher: Searcher, trial_id: str) -> dict[str, Any] | Literal["FINISHED"] | None:
+    """The searcher's config for `trial_id`, None (nothing now) or FINISHED (nothing ever)."""
+    started = time.perf_counter()
+    config = searcher.suggest(trial_id)
+    warn_if_slow(started, f"{type(searcher).__name__}.suggest")
+    if config is None or isinstance(config, dict):
+        return config
+    if isinstance(config, str) and config == FINISHED:
+        return FINISHED
+    raise TypeError(
+        f"{type(searcher).__name__}.suggest() returned {config!r}: "
+        "it must return a config dict, None or FINISHED"
+    )
+
+
+def total_trials(searcher: Searcher, num_samples: int) -> int | None:
+    """How many trials the run will make, when the searcher (a grid's size) or
+    num_samples says."""
+    known = searcher.total_samples
+    if isinstance(known, int) and known > 0:
+        return known
+    return num_samples if num_samples > 0 else None

@@ -1,17 +1,23 @@
-"""Checks of a scheduler's `Exploit` and `Resize` before the controller carries them out.
+"""What the controller decides from what it is told, before it acts.
 
-A decision that can never be carried out is refused with a warning and the trial
-continues unchanged; the scheduler is not asked again.
+A scheduler's `Exploit` or `Resize` is checked first: one that can never be carried
+out is refused with a warning and the trial continues unchanged (the scheduler is
+not asked again); an accepted one is a pause, carried out once the trial has paused
+(`PausePlans`). Then: whether the stopper or the trainable ends the trial
+(`stop_or_end`), whether a failed trial runs again (`Retries`), and whether the
+experiment ends (`experiment_stop`).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from tunefleet.resources import normalize_resources
-from tunefleet.schedulers._base import Exploit, Resize
-from tunefleet.trial import Trial
+from tunefleet.schedulers._base import Decision, Exploit, Resize
+from tunefleet.stoppers import Stopper
+from tunefleet.trial import FailureKind, FailureRecord, StopCause, Trial
 
 logger = logging.getLogger("tunefleet")
 
@@ -61,3 +67,84 @@ def checked_resize(
         )
         return None
     return resources
+
+
+class PausePlans:
+    """Exploits and resizes a scheduler decided, kept until their trial has paused."""
+
+    def __init__(
+        self,
+        scheduler_name: str,
+        trials: Mapping[str, Trial],
+        unfit_reason: Callable[[dict[str, float]], str | None],
+    ) -> None:
+        self._name = scheduler_name
+        self._trials = trials
+        self._unfit_reason = unfit_reason
+        self._exploits: dict[str, Exploit] = {}
+        self._resizes: dict[str, dict[str, float]] = {}
+
+    def decide(self, trial: Trial, decision: Decision | Exploit | Resize) -> Decision:
+        """What to do now: an accepted `Exploit` or `Resize` is a PAUSE, a refused one
+        CONTINUE."""
+        if isinstance(decision, Exploit):
+            if not can_exploit(trial, decision, self._trials, self._name):
+                return Decision.CONTINUE
+            self._exploits[trial.trial_id] = decision
+            return Decision.PAUSE
+        if isinstance(decision, Resize):
+            resources = checked_resize(trial.trial_id, decision, self._name, self._unfit_reason)
+            if resources is None:
+                return Decision.CONTINUE
+            self._resizes[trial.trial_id] = resources
+            return Decision.PAUSE
+        return decision
+
+    def take(self, trial_id: str) -> tuple[Exploit | None, dict[str, float] | None]:
+        """The trial's planned exploit and new resources, forgotten here."""
+        return self._exploits.pop(trial_id, None), self._resizes.pop(trial_id, None)
+
+
+def stop_or_end(
+    decision: Decision, trial_id: str, result: dict[str, Any], stopper: Stopper | None
+) -> tuple[Decision, StopCause | None]:
+    """The decision after the scheduler's: the stopper's (asked only if the trial would
+    continue), then the trainable's last result (``done``) ends it, whatever the
+    scheduler wanted. The cause is given when either changed it."""
+    if decision is Decision.CONTINUE and stopper is not None and stopper(trial_id, result):
+        return Decision.STOP, StopCause.STOP_CRITERIA
+    if result.get("done") and decision is not Decision.STOP:
+        return Decision.STOP, StopCause.DONE
+    return decision, None
+
+
+class Retries:
+    """Whether a failed trial runs again under `FailureConfig.max_failures` (-1: always).
+
+    Attempts used before a resume that granted new ones (`retry_base`) do not count;
+    nor does a lost node unless `node_loss_counts`.
+    """
+
+    def __init__(self, max_failures: int, node_loss_counts: bool, retry_base: dict[str, int]):
+        self._limit = max_failures
+        self._node_loss_counts = node_loss_counts
+        self._base = retry_base
+        self._free: dict[str, int] = {}  # NODE_LOST attempts not counted as failures
+
+    def allow(self, trial: Trial, failure: FailureRecord) -> bool:
+        trial_id = trial.trial_id
+        if failure.kind is FailureKind.NODE_LOST and not self._node_loss_counts:
+            self._free[trial_id] = self._free.get(trial_id, 0) + 1
+        used = trial.attempt - self._base.get(trial_id, 0) - self._free.get(trial_id, 0)
+        return self._limit == -1 or used < self._limit
+
+
+def experiment_stop(
+    time_budget_s: float | None, elapsed: Callable[[], float], stopper: Stopper | None
+) -> StopCause | str | None:
+    """Why the experiment ends now (its time budget is spent, or the stopper says so)."""
+    if time_budget_s is not None and elapsed() >= time_budget_s:
+        return f"time budget of {time_budget_s:g}s reached"
+    if stopper is not None and stopper.stop_all():
+        return StopCause.STOPPER
+    return None

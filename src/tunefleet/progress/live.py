@@ -17,7 +17,8 @@ import math
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any, TextIO
 
 from tunefleet._metrics import (
@@ -32,7 +33,7 @@ from tunefleet._metrics import (
 from tunefleet._redact import RedactingFilter, redact, redact_text
 from tunefleet.progress import view
 from tunefleet.progress.reporters import ProgressReporter, ViewOptions
-from tunefleet.trial import Trial, TrialStatus
+from tunefleet.trial import StopCause, Trial, TrialStatus
 
 
 @contextlib.contextmanager
@@ -72,6 +73,19 @@ class _CurrentStderr:
         sys.stderr.flush()
 
 
+@dataclass(frozen=True)
+class RunProgress:
+    """What the live view shows of a run at one step; the controller builds one per step.
+
+    `trials` is the controller's own list, read-only, valid for the call it is given to.
+    """
+
+    trials: Sequence[Trial]
+    elapsed_s: float  # the experiment's run time, over all its drivers (resumes included)
+    total: int | None  # trials the run will make, when known
+    budget_s: float | None  # the time budget, when set
+
+
 class StatusReporter:
     def __init__(
         self,
@@ -109,18 +123,17 @@ class StatusReporter:
         self._rich: Any = None  # rich.live.Live, started on the first refresh
         self._display: Any = None  # IPython's display handle
 
-    def update(self, controller: Any) -> None:
+    def update(self, progress: RunProgress) -> None:
         if self.verbose == 0:
             return
-        trials: dict[str, Trial] = controller.trials
-        self._note_failures(trials.values())
+        self._note_failures(progress.trials)
         if self.verbose >= 2:
-            self._trial_lines(trials.values())
+            self._trial_lines(progress.trials)
         now = time.monotonic()
         if now - self._last < self.interval:
             return
         self._last = now
-        snap = self.snapshot(controller)
+        snap = self.snapshot(progress)
         if self.notebook:
             self._show_html(view.html_view(snap))
         elif self.tty:
@@ -128,15 +141,14 @@ class StatusReporter:
         else:
             self._print(snap.headline())
 
-    def snapshot(self, controller: Any) -> view.Snapshot:
-        trials = list(controller.trials.values())
+    def snapshot(self, progress: RunProgress) -> view.Snapshot:
+        trials = list(progress.trials)
         self._note_failures(trials)
-        spec = controller.spec
-        budget = spec.time_budget_s
+        budget = progress.budget_s
         return view.Snapshot.take(
             trials,
-            elapsed_s=controller.elapsed() if budget else time.monotonic() - self.start,
-            total=_total_trials(controller),
+            elapsed_s=progress.elapsed_s if budget else time.monotonic() - self.start,
+            total=progress.total,
             budget_s=budget,
             metric=self.metric,
             mode=self.mode,
@@ -159,13 +171,13 @@ class StatusReporter:
             options=self.options,
         ).headline()
 
-    def _note_failures(self, trials: Any) -> None:
+    def _note_failures(self, trials: Iterable[Trial]) -> None:
         known = set(self._failed_order)
         for trial in trials:
             if trial.status is TrialStatus.ERROR and trial.trial_id not in known:
                 self._failed_order.append(trial.trial_id)
 
-    def _trial_lines(self, trials: Any) -> None:
+    def _trial_lines(self, trials: Iterable[Trial]) -> None:
         for trial in trials:
             if self.verbose >= 3 and trial.last_result is not None:
                 seen = self._results_seen.get(trial.trial_id, 0)
@@ -210,7 +222,9 @@ class StatusReporter:
                 scored.append((sign * value, trial.index, trial))
         return min(scored)[2] if scored else None
 
-    def summary(self, trials: list[Trial], experiment_path: str, stop_reason: str | None) -> str:
+    def summary(
+        self, trials: list[Trial], experiment_path: str, stop_reason: StopCause | str | None
+    ) -> str:
         counts = Counter(t.status.value for t in trials)
         lines = [
             "",
@@ -250,15 +264,15 @@ class StatusReporter:
         self,
         trials: list[Trial],
         experiment_path: str,
-        stop_reason: str | None,
-        controller: Any = None,
+        stop_reason: StopCause | str | None,
+        progress: RunProgress | None = None,
     ) -> None:
         if self.verbose == 0:
             return
         self._note_failures(trials)
-        if controller is not None and self.live:
+        if progress is not None and self.live:
             self._last = 0.0
-            self.update(controller)  # the final state, in the live view
+            self.update(progress)  # the final state, in the live view
         if self._rich is not None:
             self._rich.stop()
             self._rich = None
@@ -300,18 +314,6 @@ class StatusReporter:
             self._rich.console.print(text, markup=False, highlight=False, soft_wrap=True)
         else:
             print(text, file=self.out, flush=True)
-
-
-def _total_trials(controller: Any) -> int | None:
-    """How many trials the run will make, when the searcher or num_samples says."""
-    try:  # the default generator knows its grid: num_samples x grid size
-        known = getattr(controller.searcher, "total_samples", None)
-    except Exception:
-        known = None
-    if isinstance(known, int) and known > 0:
-        return known
-    samples = controller.spec.num_samples
-    return samples if isinstance(samples, int) and samples > 0 else None
 
 
 def _result_text(trial: Trial) -> str:

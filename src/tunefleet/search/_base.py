@@ -49,6 +49,11 @@ class Searcher(ABC):
         self.metric, self.mode = fill_objective(owner, self.metric, self.mode, metric, mode)
         return True
 
+    @property
+    def total_samples(self) -> int | None:
+        """How many configs it gives in all, when it knows (shown as the run's total)."""
+        return None
+
     @abstractmethod
     def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
         """A configuration for a new trial, None to wait, or FINISHED."""

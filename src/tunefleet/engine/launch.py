@@ -1,0 +1,65 @@
+"""A new trial's record, and what the backend is told to start one attempt of a trial.
+
+Functions over the experiment's `ExperimentSpec` and one trial; the controller
+decides when a trial is added and when it runs.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from tunefleet.backends._base import TrialLaunch
+from tunefleet.engine.experiment_spec import ExperimentSpec
+from tunefleet.storage.paths import safe_child, trial_dirname
+from tunefleet.trial import Trial
+
+
+def new_trial(spec: ExperimentSpec, trial_id: str, index: int, config: dict[str, Any]) -> Trial:
+    """The record of a suggested config: its name and folder (the user's creators first)."""
+    trial = Trial(
+        trial_id=trial_id,
+        index=index,
+        name=f"{spec.trainable_name}_{trial_id}",
+        config=config,
+        resources=dict(spec.resources),
+        path="",
+    )
+    if spec.trial_name_creator is not None:
+        trial.name = str(spec.trial_name_creator(trial))
+    dirname = trial_id
+    if spec.trial_dirname_creator is not None:
+        dirname = trial_dirname(spec.trial_dirname_creator(trial), trial_id, config)
+    trial.path = safe_child(spec.path, os.path.join("trials", dirname))
+    return trial
+
+
+def trial_launch(
+    trial: Trial, spec: ExperimentSpec, *, sync: bool, storage_dir: str | None
+) -> TrialLaunch:
+    """The next attempt of `trial` (its epoch already counted), from its latest checkpoint.
+
+    `sync`: each result waits for the scheduler's decision. `storage_dir`: where its
+    checkpoints go in remote storage (None: its folder).
+    """
+    restored = bool(trial.latest_checkpoint)
+    return TrialLaunch(
+        trial_id=trial.trial_id,
+        epoch=trial.epoch,
+        name=trial.name,
+        config=trial.config,
+        resources=trial.resources,
+        trial_dir=trial.path,
+        attempt=trial.attempt,
+        checkpoint=trial.latest_checkpoint,
+        iteration=trial.checkpoint_iteration if restored else 0,
+        time_total=trial.checkpoint_time_total if restored else 0.0,
+        sync=sync,
+        stop_criteria=spec.stop_criteria,
+        checkpoint_freq=spec.checkpoint_frequency,
+        checkpoint_at_end=spec.checkpoint_at_end,
+        timeout_s=spec.trial_timeout_s,
+        heartbeat_s=spec.heartbeat_timeout_s,
+        storage_dir=storage_dir,
+        storage_filesystem=spec.storage_filesystem,
+    )
