@@ -358,7 +358,7 @@ class RunConfig:
             raise TypeError("RunConfig.sync_config must be a tune.SyncConfig")
         self.sync_config.validate()
         if self.storage_path is not None or self.storage_filesystem is not None:
-            from tunefleet.storage.remote import parse_storage
+            from tunefleet.storage.location import parse_storage
 
             parse_storage(self.storage_path, self.storage_filesystem)  # a bad URL fails here
         from tunefleet.stoppers import make_stopper

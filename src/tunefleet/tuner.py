@@ -190,7 +190,7 @@ class Tuner:
 
 def _remote(path: str | os.PathLike[str], filesystem: Any) -> Any:
     """The remote storage `path` names (a URL, or a path in `filesystem`), or None."""
-    from tunefleet.storage.remote import parse_storage
+    from tunefleet.storage.location import parse_storage
 
     if not is_url(os.fspath(path)) and filesystem is None:
         return None

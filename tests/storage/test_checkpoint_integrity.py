@@ -25,6 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tunefleet as tune
+from tunefleet.storage import _local
 from tunefleet.storage import checkpoint as ckpt_mod
 from tunefleet.storage.checkpoint import (
     MANIFEST_FILE,
@@ -473,7 +474,7 @@ def test_disk_full_keeps_the_previous_checkpoint(
     previous = persist_checkpoint(make_source(tmp_path / "a", {"w.bin": b"1" * 10_000}), trial, 1)
     big = make_source(tmp_path / "b", {"small.bin": b"2" * 100_000, "w.bin": os.urandom(3 << 20)})
     if not early:  # past the space check (as if another writer took the space meanwhile)
-        monkeypatch.setattr(ckpt_mod, "_check_space", lambda root, needed: None)
+        monkeypatch.setattr(_local, "_check_space", lambda root, needed: None)
     with pytest.raises(CheckpointWriteError) as info:
         persist_checkpoint(big, trial, 2)
     assert info.value.errno == errno.ENOSPC and isinstance(info.value, OSError)

@@ -10,7 +10,7 @@ import secrets
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tunefleet._version import __version__
 from tunefleet.backends import Backend
@@ -28,7 +28,6 @@ from tunefleet.progress.live import StatusReporter, warnings_shown
 from tunefleet.resources import normalize_resources
 from tunefleet.schedulers import FIFOScheduler, TrialScheduler
 from tunefleet.search import BasicVariantGenerator, Searcher
-from tunefleet.stoppers import Stopper, make_stopper
 from tunefleet.storage.checkpoint import CheckpointKeeper
 from tunefleet.storage.paths import (
     default_experiment_name,
@@ -36,12 +35,7 @@ from tunefleet.storage.paths import (
     local_path,
     safe_child,
 )
-from tunefleet.store import ExperimentStore
 from tunefleet.trainable import resources_of, trainable_name, unwrap
-from tunefleet.trial import StopCause
-
-if TYPE_CHECKING:
-    from tunefleet.storage.sync import ExperimentSync
 
 logger = logging.getLogger("tunefleet")
 
@@ -68,7 +62,9 @@ def _run(
     resume: ResumeState | None,
     resume_url: str | None,
 ) -> str:
-    from tunefleet.storage.remote import parse_storage
+    from tunefleet.stoppers import make_stopper
+    from tunefleet.storage.location import parse_storage
+    from tunefleet.store import ExperimentStore
     from tunefleet.store._check import DriverLock
 
     searcher = _searcher(tune_config, param_space)
@@ -105,19 +101,20 @@ def _run(
 
 
 def _remote(
-    store: ExperimentStore,
+    store: Any,
     name: str,
     storage: Any,
     resumed: bool,
     resume_url: str | None,
     run_config: RunConfig,
 ) -> Any:
-    """Where the experiment is kept in remote storage (`_storage.Storage`), or None.
+    """Where the experiment is kept in remote storage (`storage.location.Storage`), or None.
 
     A resumed experiment keeps the place it was started with (recorded in its meta),
     whatever `storage_path` says now.
     """
-    from tunefleet.storage.remote import Storage, filesystem_for, register_filesystem
+    from tunefleet.storage.location import Storage
+    from tunefleet.storage.remote import remote_filesystem
 
     if not resumed:
         remote = None if storage is None else Storage(storage.join(name), storage.fs)
@@ -126,22 +123,20 @@ def _remote(
         if not url:
             return None
         fs = storage.fs if storage is not None else run_config.storage_filesystem
-        remote = Storage(str(url), filesystem_for(str(url), fs)[0])
-    if remote is not None:
-        register_filesystem(remote.url, remote.fs)  # for checkpoints under it, in this process
+        remote = Storage(str(url), remote_filesystem(str(url), fs).fs)
     return remote
 
 
-def _start_sync(
-    path: str, remote: Any, run_config: RunConfig, backend: Backend, store: ExperimentStore
-) -> ExperimentSync:
+def _start_sync(path: str, remote: Any, run_config: RunConfig, backend: Any, store: Any) -> Any:
     """Upload the experiment now (a wrong URL or credentials fail here), then periodically."""
+    from tunefleet.storage.remote import register_filesystem
     from tunefleet.storage.sync import ExperimentSync
 
     config = run_config.sync_config
     sync = ExperimentSync(
         path,
         remote.url,
+        register_filesystem(remote.url, remote.fs),  # checkpoints under it, in this process
         period=config.sync_period,
         timeout=config.sync_timeout,
         artifacts=config.sync_artifacts,
@@ -233,7 +228,7 @@ def _meta(
     }
 
 
-def _record_resume(store: ExperimentStore, resume: ResumeState, tune_config: TuneConfig) -> None:
+def _record_resume(store: Any, resume: ResumeState, tune_config: TuneConfig) -> None:
     store.write_meta(
         {"status": "running", "resumed_at": time.time(), "num_samples": tune_config.num_samples}
     )
@@ -242,9 +237,7 @@ def _record_resume(store: ExperimentStore, resume: ResumeState, tune_config: Tun
         store.add_event(trial.trial_id, "resume", {"action": what, "status": trial.status.value})
 
 
-def _restore_states(
-    resume: ResumeState, searcher: Searcher, scheduler: TrialScheduler, stopper: Stopper | None
-) -> None:
+def _restore_states(resume: ResumeState, searcher: Any, scheduler: Any, stopper: Any) -> None:
     if resume.searcher_state is not None:
         searcher.set_state(resume.searcher_state)
     if resume.scheduler_state is not None:
@@ -297,10 +290,10 @@ def _spec(
 def _drive(
     spec: ExperimentSpec,
     backend: Backend,
-    store: ExperimentStore,
+    store: Any,
     searcher: Searcher,
     scheduler: TrialScheduler,
-    stopper: Stopper | None,
+    stopper: Any,
     run_config: RunConfig,
     resume: ResumeState | None,
 ) -> str:
@@ -330,15 +323,14 @@ def _drive(
     status = "failed"
     try:
         controller.run()
-        interrupted = controller.stop_reason is StopCause.INTERRUPTED
-        status = "interrupted" if interrupted else "finished"
+        status = "interrupted" if controller.stop_reason == "interrupted" else "finished"
     finally:
         store.write_meta(
             {"status": status, "ended_at": time.time(), "stop_reason": controller.stop_reason}
         )
         store.close()
         reporter.finish(
-            list(controller.trial_list), spec.path, controller.stop_reason, controller.progress()
+            list(controller.trials.values()), spec.path, controller.stop_reason, controller
         )
     return spec.path
 

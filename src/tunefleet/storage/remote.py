@@ -1,464 +1,310 @@
-"""Remote storage: a `storage_path` that is an fsspec URL (``s3://``, ``gs://``, ...).
+"""Checkpoints in remote storage (fsspec), and which `Filesystem` a path or URL is on.
 
-With such a storage path (see docs/storage.md):
+With a `storage_path` that is a URL (``s3://``, ``gs://``, ..., see docs/storage.md):
 
-- the experiment's local folder (database, trial logs) is a *staging* folder under
-  `default_storage_path()`, and `ExperimentSync` copies it to ``<url>/<name>/``: a
-  consistent snapshot of the database (SQLite's backup API) when the run starts,
-  every `SyncConfig.sync_period` seconds and at the end, and the trial files that
-  changed (logs);
 - trials write their checkpoints straight to
-  ``<url>/<name>/trials/<trial>/checkpoints/checkpoint_NNNNNN/`` (`upload_checkpoint`):
-  every file first, the manifest last, so an upload cut at any moment leaves a
-  folder without a manifest, which `verify_remote` rejects, and the previous
-  checkpoint stays the latest valid one;
-- retention deletes of remote checkpoints wait until a database snapshot taken
-  after they were dropped has been uploaded (`ExperimentSync.defer`), so the remote
-  copy of the database does not point at deleted checkpoints;
-- `fetch_experiment` downloads the database (and trial logs) into a local staging
-  folder, from which `Tuner.restore(url)` continues, on this machine or another.
+  ``<url>/<name>/trials/<trial>/checkpoints/checkpoint_NNNNNN/``
+  (`RemoteFilesystem.persist`): every file first, the manifest last, so an upload
+  cut at any moment leaves a folder without a manifest, which `filesystem.verify`
+  rejects, and the previous checkpoint stays the latest valid one;
+- while `sync.ExperimentSync` keeps the remote copy of the experiment, retention
+  deletes of its checkpoints wait (`DeferredDeletes`) until a database snapshot
+  taken after they were asked for has been uploaded, so the remote copy of the
+  database does not point at deleted checkpoints.
 
-The filesystem is `RunConfig(storage_filesystem=...)` (an fsspec filesystem, e.g.
-``s3fs.S3FileSystem(endpoint_url=...)``), remembered for the URLs under the storage
-path (`register_filesystem`), or else what fsspec makes of the URL with its own
-configuration and the environment. fsspec is imported only when a URL is used.
+`filesystem_for(path)` is the one place a filesystem comes from: `LOCAL` for a
+local path; for a URL, the one registered for it in this process
+(`register_filesystem`: the experiment's `RunConfig(storage_filesystem=...)`, e.g.
+``s3fs.S3FileSystem(endpoint_url=...)``), else what fsspec makes of the URL with its
+own configuration and the environment.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
-import importlib
-import json
 import logging
 import os
-import re
-import tempfile
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar
 
-from tunefleet.storage.checkpoint import (
-    _METADATA_FILE,
+from tunefleet.storage._format import (
+    CHUNK,
     MANIFEST_FILE,
+    METADATA_FILE,
     CheckpointWriteError,
-    _list_source,
-    checkpoint_dir_name,
-    manifest_entries,
+    list_source,
+    manifest_entry,
     manifest_text,
-    persist_checkpoint,
-    verify_checkpoint,
+    sha256_file,
 )
+from tunefleet.storage._local import LOCAL
+from tunefleet.storage.filesystem import Filesystem, verify
+from tunefleet.storage.location import object_store, parse_storage, strip
 from tunefleet.storage.paths import is_url
 
-if TYPE_CHECKING:
-    from tunefleet.storage.sync import ExperimentSync
-
 logger = logging.getLogger("tunefleet")
-_EXTRAS = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs"}
-# Stores where a put replaces an object whole, and folders do not exist.
-_OBJECT_STORES = frozenset({"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "oss"})
-_CHUNK = 1 << 20
-_ONE_SLASH = re.compile(r"([A-Za-z][A-Za-z0-9+.-]+):/(?!/)")  # "s3:/b"; not "C:/" (one letter)
 
 
-@dataclass(frozen=True)
-class Storage:
-    """A remote location: its canonical URL (no trailing ``/``) and the filesystem reaching it."""
+class RemoteFilesystem(Filesystem):
+    """Remote storage through an fsspec filesystem `fs`: paths are URLs."""
 
-    url: str
-    fs: Any
+    local: ClassVar[bool] = False
 
-    @property
-    def path(self) -> str:
-        """The location inside `fs` (the URL without its protocol)."""
-        return strip(self.fs, self.url)
+    def __init__(self, fs: Any) -> None:
+        self.fs = fs
+        # Set while an ExperimentSync keeps the experiment under this filesystem's URL.
+        self.deletes: DeferredDeletes | None = None
 
-    def join(self, *parts: str) -> str:
-        return "/".join((self.url, *parts))
+    def path(self, url: str) -> str:
+        """The location of `url` inside `fs` (no protocol, no trailing ``/``)."""
+        return strip(self.fs, url)
 
+    def join(self, folder: str, *names: str) -> str:
+        return "/".join((folder.rstrip("/"), *names))
 
-def parse_storage(
-    value: Any,
-    filesystem: Any = None,
-    *,
-    where: str = "RunConfig.storage_path",
-    fs_where: str = "RunConfig.storage_filesystem",
-) -> Storage | None:
-    """The remote storage `value` names; None for a local path (or no path).
+    def canonical(self, path: str) -> str:
+        return path.rstrip("/")
 
-    A URL (``s3://bucket/prefix``) is remote. With `filesystem` (an fsspec
-    filesystem), `value` is a path in it, with or without the protocol; a local
-    filesystem means a local path.
+    def sizes(self, folder: str) -> Mapping[str, int] | None:
+        # An object store keeps an object whole or not at all: sizes find what a cut upload leaves.
+        return self.files_under(self.path(folder)) or None
 
-    Raises:
-        ValueError: the value is not usable (unknown protocol, no bucket, ...), named.
-        ImportError: fsspec or the protocol's implementation is missing; names the extra.
-        TypeError: `filesystem` is not an fsspec filesystem.
-    """
-    if filesystem is not None:
-        _check_filesystem(filesystem, fs_where)
-    if value is None:
-        if filesystem is not None:
-            raise ValueError(
-                f"{fs_where} is given but {where} is not: give the location in that "
-                "filesystem, e.g. storage_path='s3://bucket/experiments'"
-            )
-        return None
-    if isinstance(value, os.PathLike):
-        value = os.fspath(value)
-    if not isinstance(value, str) or not value.strip():
-        raise ValueError(
-            f"{where}={value!r} is not valid: give a local path or a URL such as "
-            "'s3://bucket/experiments'"
-        )
-    if value.startswith("file:") or (filesystem is None and not is_url(value)):
-        typo = _ONE_SLASH.match(value)
-        if typo is not None and not value.startswith("file:"):
-            fixed = f"{typo.group(1)}://{value[typo.end() :]}"
-            raise ValueError(
-                f"{where}={value!r} is not valid: it looks like a URL with one '/' too few; "
-                f"did you mean {fixed!r}?"
-            )
-        return None
-    protocol = value.split("://", 1)[0].lower() if is_url(value) else None
-    if filesystem is None:
-        assert protocol is not None
-        fs, path = _from_url(value, protocol, where)
-    else:
-        fs = filesystem
-        if "file" in _protocols(fs) or "local" in _protocols(fs):
+    def files_under(self, path: str) -> dict[str, int]:
+        """Relative path -> size of every file under the folder `path` (fresh, not cached)."""
+        self.fs.invalidate_cache(path)
+        try:
+            found = self.fs.find(path, detail=True)
+        except FileNotFoundError:
+            return {}
+        prefix = path + "/"
+        return {
+            name[len(prefix) :]: int(info.get("size") or 0)
+            for name, info in found.items()
+            if name.startswith(prefix) and info.get("type", "file") == "file"
+        }
+
+    def sha256(self, path: str) -> str:
+        digest = hashlib.sha256()
+        with self.fs.open(self.path(path), "rb") as f:
+            while chunk := f.read(CHUNK):
+                digest.update(chunk)
+        return str(digest.hexdigest())
+
+    def read_bytes(self, path: str) -> bytes | None:
+        try:
+            return bytes(self.fs.cat_file(self.path(path)))
+        except FileNotFoundError:
             return None
-        if protocol is not None and protocol not in _protocols(fs):
-            raise ValueError(
-                f"{where}={value!r} does not match {fs_where} ({type(fs).__name__}, "
-                f"protocol {' or '.join(_protocols(fs))})"
-            )
-        path = strip(fs, value)
-    if not path.strip("/"):
-        raise ValueError(
-            f"{where}={value!r} is not valid: it names no bucket or folder "
-            "(e.g. 's3://bucket/experiments')"
-        )
-    return Storage(str(fs.unstrip_protocol(path)).rstrip("/"), fs)
+
+    def write_bytes(self, path: str, data: bytes) -> None:
+        self.fs.pipe_file(self.path(path), data)
+
+    def persist(self, source: str, final: str) -> str:
+        try:
+            return self._upload(source, final)
+        except Exception as exc:
+            raise CheckpointWriteError(
+                exc.errno if isinstance(exc, OSError) else None,
+                f"Could not write checkpoint {final}: {type(exc).__name__}: {exc}. Nothing of it "
+                "counts (it has no manifest) and earlier checkpoints are untouched. Check that "
+                "storage_path is reachable and writable (endpoint, bucket, credentials) "
+                f"(source: {source}).",
+                final,
+            ) from exc
+
+    def _upload(self, source: str, url: str) -> str:
+        """Files first, manifest last.
+
+        Each file's sha256 is computed before the upload; the manifest, uploaded last,
+        lists them. The manifest of an earlier upload of the same name is deleted
+        first, so until the new one lands the folder is invalid, never a mix that looks
+        valid (files it does not list are ignored, and go with the folder). Empty
+        folders are not kept (object stores have none).
+        """
+        dest = self.path(url)
+        local: list[str] = []
+        remote: list[str] = []
+        entries: list[dict[str, Any]] = []
+        for full, rel, _ in list_source(source):
+            if rel.endswith("/"):
+                continue
+            sha, size = sha256_file(full)
+            local.append(full)
+            remote.append(f"{dest}/{rel}")
+            if rel != METADATA_FILE:  # user metadata may be rewritten later (set_metadata)
+                entries.append(manifest_entry(rel, size, sha))
+        if self.deletes is not None:  # deletes waiting in this folder run now; this name's goes
+            self.deletes.claim(url.rsplit("/", 1)[0], keep=url)
+        with contextlib.suppress(FileNotFoundError):
+            self.fs.rm_file(f"{dest}/{MANIFEST_FILE}")
+        if not object_store(self.fs):
+            for folder in sorted({p.rsplit("/", 1)[0] for p in remote} | {dest}):
+                self.fs.makedirs(folder, exist_ok=True)
+        if local:
+            self.fs.put(local, remote)
+        self.fs.pipe_file(f"{dest}/{MANIFEST_FILE}", manifest_text(entries).encode())
+        return url
+
+    def download(self, path: str, target: str) -> str:
+        """If the checkpoint has a manifest, the copy is checked against it (sha256)."""
+        where = self.path(path)
+        files = self.files_under(where)
+        if not files:
+            raise FileNotFoundError(f"Checkpoint {path}: nothing is stored there")
+        for rel in files:
+            if rel.startswith("/") or any(p in ("", ".", "..") for p in rel.split("/")):
+                raise ValueError(f"Checkpoint {path}: the stored name {rel!r} leaves its folder")
+        os.makedirs(target, exist_ok=True)
+        rels = sorted(files)
+        self.fs.get([f"{where}/{rel}" for rel in rels], [LOCAL.join(target, r) for r in rels])
+        if MANIFEST_FILE in files:
+            reason = verify(LOCAL, target)
+            if reason is not None:
+                raise ValueError(
+                    f"Checkpoint {path} is damaged: {reason} (found after downloading it)"
+                )
+        return target
+
+    def delete(self, path: str) -> str | None:
+        if self.deletes is not None:
+            self.deletes.defer(path)
+        else:
+            self.remove_folder(path)
+        return None
+
+    def remove_folder(self, url: str, files: dict[str, int] | None = None) -> None:
+        """Delete a checkpoint folder, its manifest first: a cut delete leaves it invalid."""
+        path = self.path(url)
+        files = self.files_under(path) if files is None else files
+        if MANIFEST_FILE in files:
+            self.fs.rm_file(f"{path}/{MANIFEST_FILE}")
+        rest = [f"{path}/{rel}" for rel in sorted(files) if rel != MANIFEST_FILE]
+        if rest:
+            self.fs.rm(rest)
+        if not object_store(self.fs):
+            with contextlib.suppress(FileNotFoundError):
+                self.fs.rm(path, recursive=True)
+        self.fs.invalidate_cache(path)
+
+    def remove_temporaries(self, trial_dir: str) -> list[str]:
+        """Deletes checkpoint folders without a manifest (uploads cut by a crash), and runs
+        the trial's deferred deletes now: the next attempt may write those names again."""
+        root = self.join(trial_dir, "checkpoints")
+        if self.deletes is not None:
+            self.deletes.claim(root)
+        folders: dict[str, dict[str, int]] = {}
+        for rel, size in self.files_under(self.path(root)).items():
+            folder, _, inner = rel.partition("/")
+            if inner:
+                folders.setdefault(folder, {})[inner] = size
+        removed = []
+        for folder, files in sorted(folders.items()):
+            if MANIFEST_FILE not in files:
+                self.remove_folder(f"{root}/{folder}", files)
+                removed.append(f"{root}/{folder}")
+        return removed
 
 
-def _fsspec(value: str, protocol: str | None, where: str) -> Any:
-    try:
-        return importlib.import_module("fsspec")
-    except ImportError as exc:
-        raise ImportError(
-            f"{where}={value!r} needs fsspec (and its implementation of {protocol!r}): "
-            f"{_install_hint(protocol)}"
-        ) from exc
+class DeferredDeletes:
+    """Deletes of remote checkpoints that wait for the experiment's next database upload.
+
+    `sync.ExperimentSync` attaches one to the experiment's `RemoteFilesystem` while it
+    runs: a delete is then only recorded (`defer`), and runs after the upload of a
+    database snapshot taken after it was asked for (`next_snapshot`, then
+    `run_due`), so the remote database never points at a deleted checkpoint.
+    `claim` runs the deletes under a folder at once, before a trial writes there
+    again.
+    """
+
+    def __init__(self, remove: Callable[[str], None]) -> None:
+        self._remove = remove
+        # Guards _pending, and is held while a delete runs: a write under the same name
+        # (claim) waits for it.
+        self._lock = threading.Lock()
+        self._pending: dict[str, int] = {}  # url -> snapshot generation when it was deferred
+        self._generation = 0
+
+    def defer(self, url: str) -> None:
+        with self._lock:
+            self._pending.setdefault(url.rstrip("/"), self._generation)
+
+    def claim(self, folder: str, keep: str | None = None) -> None:
+        """Run the deferred deletes under `folder` now, except `keep` (about to be written)."""
+        prefix = folder.rstrip("/") + "/"
+        with self._lock:
+            for url in [u for u in self._pending if u.startswith(prefix)]:
+                del self._pending[url]
+                if url != keep:
+                    self._delete(url)
+
+    def next_snapshot(self) -> int:
+        """A database snapshot is about to be taken; its generation, for `run_due`."""
+        with self._lock:
+            self._generation += 1
+            return self._generation
+
+    def run_due(self, generation: int) -> None:
+        """Run the deletes deferred before snapshot `generation` (now uploaded)."""
+        with self._lock:
+            due = [u for u, g in self._pending.items() if g < generation]
+        for url in due:  # one at a time: the driver never waits for more than one
+            with self._lock:
+                if self._pending.get(url, generation) < generation:
+                    del self._pending[url]
+                    self._delete(url)
+
+    def _delete(self, url: str) -> None:
+        try:
+            self._remove(url)
+        except Exception as exc:
+            logger.warning("could not delete checkpoint %s: %s: %s", url, type(exc).__name__, exc)
 
 
-def _install_hint(protocol: str | None) -> str:
-    extra = _EXTRAS.get(protocol or "")
-    if extra is not None:
-        return f'pip install "tunefleet[{extra}]"'
-    return f"install fsspec and its implementation of {protocol!r} (see fsspec's documentation)"
+# -- which filesystem reaches a path (per process) ------------------------------------------
+
+_registered: dict[str, RemoteFilesystem] = {}
 
 
-def _from_url(value: str, protocol: str, where: str) -> tuple[Any, str]:
-    fsspec = _fsspec(value, protocol, where)
-    try:
-        fsspec.get_filesystem_class(protocol)
-    except ImportError as exc:
-        raise ImportError(
-            f"{where}={value!r} needs fsspec's implementation of {protocol!r}, which is not "
-            f"installed: {_install_hint(protocol)} ({exc})"
-        ) from exc
-    except ValueError as exc:
-        raise ValueError(
-            f"{where}={value!r} is not valid: {protocol!r} is not a protocol fsspec knows "
-            "(e.g. s3, gs, abfs, hdfs, sftp)"
-        ) from exc
-    try:
-        fs, path = fsspec.core.url_to_fs(value)
-    except Exception as exc:  # the implementation's own complaint about the URL
-        raise ValueError(f"{where}={value!r} is not valid: {type(exc).__name__}: {exc}") from exc
-    return fs, str(path).rstrip("/")
+def register_filesystem(url: str, fs: Any) -> RemoteFilesystem:
+    """Reach the URLs under `url` through the fsspec filesystem `fs` in this process.
+
+    Returns the `RemoteFilesystem` they get from `filesystem_for`: the one already
+    registered over `url` if it has the same `fs`, so its state (deferred deletes)
+    is kept.
+    """
+    found = _lookup(url)
+    filesystem = found if found is not None and found.fs is fs else RemoteFilesystem(fs)
+    _registered[url.rstrip("/")] = filesystem
+    return filesystem
 
 
-def _check_filesystem(filesystem: Any, where: str) -> None:
-    fsspec = _fsspec("", None, where)
-    if not isinstance(filesystem, fsspec.AbstractFileSystem):
-        ray_hint = (
-            " (Ray Tune takes a pyarrow filesystem here; tunefleet takes fsspec's)"
-            if type(filesystem).__module__.startswith("pyarrow")
-            else ""
-        )
-        raise TypeError(
-            f"{where}={filesystem!r} is not an fsspec filesystem{ray_hint}: pass e.g. "
-            "s3fs.S3FileSystem(endpoint_url=...), or leave it out to use fsspec's defaults"
-        )
-
-
-def _protocols(fs: Any) -> tuple[str, ...]:
-    protocol = fs.protocol
-    return (protocol,) if isinstance(protocol, str) else tuple(protocol)
-
-
-def strip(fs: Any, url: str) -> str:
-    return str(fs._strip_protocol(url)).rstrip("/")
-
-
-def object_store(fs: Any) -> bool:
-    return any(p in _OBJECT_STORES for p in _protocols(fs))
-
-
-# -- which filesystem reaches a URL (per process) -------------------------------------------
-
-_filesystems: dict[str, Any] = {}
-_syncs: dict[str, ExperimentSync] = {}
-
-
-def register_filesystem(url: str, fs: Any) -> None:
-    """Reach the URLs under `url` through `fs` in this process (e.g. a custom endpoint)."""
-    _filesystems[url.rstrip("/")] = fs
-
-
-def _lookup(table: dict[str, Any], url: str) -> Any:
-    """The entry of the longest registered prefix of `url` (whole path segments), or None."""
+def _lookup(url: str) -> RemoteFilesystem | None:
+    """The filesystem of the longest registered prefix of `url` (whole path segments)."""
     key = url.rstrip("/")
     floor = key.find("://") + 3
     while len(key) > floor:
-        found = table.get(key)
+        found = _registered.get(key)
         if found is not None:
             return found
         key = key[: max(key.rfind("/"), 0)]
     return None
 
 
-def filesystem_for(url: str, filesystem: Any = None) -> tuple[Any, str]:
-    """(fsspec filesystem, path inside it) of the remote `url`."""
-    fs = filesystem if filesystem is not None else _lookup(_filesystems, url)
-    if fs is None:
-        storage = parse_storage(url, where="path")
-        assert storage is not None
-        fs = storage.fs
-    return fs, strip(fs, url)
+def remote_filesystem(url: str, filesystem: Any = None) -> RemoteFilesystem:
+    """The filesystem reaching the remote `url`: over `filesystem` (fsspec) if given, else
+    the one registered for it, else fsspec's default for the URL."""
+    found = _lookup(url)
+    if found is not None and (filesystem is None or found.fs is filesystem):
+        return found
+    if filesystem is not None:
+        return RemoteFilesystem(filesystem)
+    storage = parse_storage(url, where="path")
+    assert storage is not None
+    return RemoteFilesystem(storage.fs)
 
 
-def files_under(fs: Any, path: str) -> dict[str, int]:
-    """Relative path -> size of every file under the folder `path` (fresh, not cached)."""
-    fs.invalidate_cache(path)
-    try:
-        found = fs.find(path, detail=True)
-    except FileNotFoundError:
-        return {}
-    prefix = path + "/"
-    return {
-        name[len(prefix) :]: int(info.get("size") or 0)
-        for name, info in found.items()
-        if name.startswith(prefix) and info.get("type", "file") == "file"
-    }
-
-
-# -- checkpoints ------------------------------------------------------------------------------
-
-
-def persist_remote(
-    source: str, trial_dir: str, iteration: int, source_filesystem: Any = None
-) -> str:
-    """`checkpoint.persist_checkpoint` where the source or the trial folder is a URL."""
-    name = checkpoint_dir_name(iteration)
-    if is_url(source):
-        if is_url(trial_dir) and source.rstrip("/") == _checkpoint_url(trial_dir, name):
-            return source.rstrip("/")  # a restored checkpoint reported again as it is
-        with tempfile.TemporaryDirectory(prefix="tunefleet_checkpoint_") as tmp:
-            download_checkpoint(source, tmp, source_filesystem)
-            if is_url(trial_dir):
-                return persist_remote(tmp, trial_dir, iteration)
-            return persist_checkpoint(tmp, trial_dir, iteration)
-    if not os.path.isdir(source):
-        raise ValueError(
-            f"The checkpoint directory {source} no longer exists: keep it until report() "
-            "returns (e.g. call tune.report inside the `with tempfile.TemporaryDirectory()`)"
-        )
-    url = _checkpoint_url(trial_dir, name)
-    try:
-        return upload_checkpoint(source, url)
-    except Exception as exc:
-        errno_ = exc.errno if isinstance(exc, OSError) else None
-        raise CheckpointWriteError(
-            errno_,
-            f"Could not write checkpoint {url}: {type(exc).__name__}: {exc}. Nothing of it "
-            "counts (it has no manifest) and earlier checkpoints are untouched. Check that "
-            "storage_path is reachable and writable (endpoint, bucket, credentials) "
-            f"(source: {source}).",
-            url,
-        ) from exc
-
-
-def _checkpoint_url(trial_dir: str, name: str) -> str:
-    return f"{trial_dir.rstrip('/')}/checkpoints/{name}"
-
-
-def upload_checkpoint(source: str, url: str) -> str:
-    """Copy the local folder `source` to the remote folder `url`: files first, manifest last.
-
-    Each file's sha256 is computed before the upload; the manifest, uploaded last,
-    lists them. The manifest of an earlier upload of the same name is deleted
-    first, so until the new one lands the folder is invalid, never a mix that looks
-    valid (files it does not list are ignored, and go with the folder). Empty
-    folders are not kept (object stores have none).
-    """
-    fs, dest = filesystem_for(url)
-    local: list[str] = []
-    remote: list[str] = []
-    entries: list[dict[str, Any]] = []
-    for full, rel, _ in _list_source(source):
-        if rel.endswith("/"):
-            continue
-        sha, size = _sha256(full)
-        local.append(full)
-        remote.append(f"{dest}/{rel}")
-        if rel != _METADATA_FILE:  # user metadata may be rewritten later (set_metadata)
-            entries.append({"path": rel, "size": size, "sha256": sha})
-    sync = _lookup(_syncs, url)
-    if sync is not None:  # deletes waiting in this folder run now; this name's is dropped
-        sync.claim(url.rsplit("/", 1)[0], keep=url)
-    with contextlib.suppress(FileNotFoundError):
-        fs.rm_file(f"{dest}/{MANIFEST_FILE}")
-    if not object_store(fs):
-        for folder in sorted({p.rsplit("/", 1)[0] for p in remote} | {dest}):
-            fs.makedirs(folder, exist_ok=True)
-    if local:
-        fs.put(local, remote)
-    fs.pipe_file(f"{dest}/{MANIFEST_FILE}", manifest_text(entries).encode())
-    return url
-
-
-def _sha256(path: str) -> tuple[str, int]:
-    digest = hashlib.sha256()
-    size = 0
-    with open(path, "rb", buffering=0) as f:
-        while chunk := f.read(_CHUNK):
-            digest.update(chunk)
-            size += len(chunk)
-    return digest.hexdigest(), size
-
-
-def download_checkpoint(url: str, target: str, filesystem: Any = None) -> str:
-    """Download the remote checkpoint `url` into the local folder `target`; return `target`.
-
-    If it has a manifest, the downloaded files are checked against it (sha256).
-
-    Raises:
-        FileNotFoundError: nothing is stored at `url`.
-        ValueError: a file does not match the manifest, or a name leaves the folder.
-    """
-    fs, path = filesystem_for(url, filesystem)
-    files = files_under(fs, path)
-    if not files:
-        raise FileNotFoundError(f"Checkpoint {url}: nothing is stored there")
-    for rel in files:
-        if rel.startswith("/") or any(p in ("", ".", "..") for p in rel.split("/")):
-            raise ValueError(f"Checkpoint {url}: the stored name {rel!r} leaves its folder")
-    os.makedirs(target, exist_ok=True)
-    rels = sorted(files)
-    fs.get([f"{path}/{rel}" for rel in rels], [os.path.join(target, *r.split("/")) for r in rels])
-    if MANIFEST_FILE in files:
-        reason = verify_checkpoint(target)
-        if reason is not None:
-            raise ValueError(f"Checkpoint {url} is damaged: {reason} (found after downloading it)")
-    return target
-
-
-def verify_remote(url: str) -> str | None:
-    """`verify_checkpoint` for a remote checkpoint: manifest, files and sizes.
-
-    The sha256 of each file is checked when the checkpoint is downloaded
-    (`download_checkpoint`), not here: that would download it twice. An object
-    store keeps an object whole or not at all, so sizes find what an interrupted
-    upload leaves.
-    """
-    fs, path = filesystem_for(url)
-    sizes = files_under(fs, path)
-    if not sizes:
-        return "directory missing"
-    if MANIFEST_FILE not in sizes:
-        return "missing manifest (half-written?)"
-    try:
-        manifest = json.loads(fs.cat_file(f"{path}/{MANIFEST_FILE}"))
-    except (OSError, ValueError) as exc:
-        return f"unreadable manifest: {exc}"
-    entries = manifest_entries(manifest)
-    if isinstance(entries, str):
-        return entries
-    for rel, size, _ in entries:
-        actual = sizes.get(rel)
-        if actual is None:
-            return f"file {rel}: missing"
-        if actual != size:
-            return f"file {rel}: size {actual} != {size}"
-    return None
-
-
-def delete_remote(urls: list[str]) -> list[tuple[str, str]]:
-    """Delete remote checkpoints (or defer it, see `ExperimentSync.defer`); never raises."""
-    failures: list[tuple[str, str]] = []
-    for url in urls:
-        try:
-            sync = _lookup(_syncs, url)
-            if sync is not None:
-                sync.defer(url)
-            else:
-                remove_folder(*filesystem_for(url))
-        except Exception as exc:  # a retention delete must never take the driver down
-            failures.append((url, f"{type(exc).__name__}: {exc}"))
-    return failures
-
-
-def remove_folder(fs: Any, path: str, files: dict[str, int] | None = None) -> None:
-    """Delete a remote checkpoint folder, its manifest first: a cut delete leaves it invalid."""
-    files = files_under(fs, path) if files is None else files
-    if MANIFEST_FILE in files:
-        fs.rm_file(f"{path}/{MANIFEST_FILE}")
-    rest = [f"{path}/{rel}" for rel in sorted(files) if rel != MANIFEST_FILE]
-    if rest:
-        fs.rm(rest)
-    if not object_store(fs):
-        with contextlib.suppress(FileNotFoundError):
-            fs.rm(path, recursive=True)
-    fs.invalidate_cache(path)
-
-
-def remove_remote_temporaries(trial_dir: str) -> list[str]:
-    """`checkpoint.remove_temporaries` for a remote trial folder.
-
-    Deletes checkpoint folders without a manifest (uploads cut by a crash), and runs
-    the trial's deferred deletes now: the next attempt may write those names again.
-    Call it when no attempt of the trial runs.
-    """
-    root = f"{trial_dir.rstrip('/')}/checkpoints"
-    sync = _lookup(_syncs, root)
-    if sync is not None:
-        sync.claim(root)
-    fs, path = filesystem_for(root)
-    folders: dict[str, dict[str, int]] = {}
-    for rel, size in files_under(fs, path).items():
-        folder, _, inner = rel.partition("/")
-        if inner:
-            folders.setdefault(folder, {})[inner] = size
-    removed = []
-    for folder, files in sorted(folders.items()):
-        if MANIFEST_FILE not in files:
-            remove_folder(fs, f"{path}/{folder}", files)
-            removed.append(f"{root}/{folder}")
-    return removed
-
-
-def read_bytes(url: str, filesystem: Any = None) -> bytes | None:
-    """The content of a remote file, None if it does not exist."""
-    fs, path = filesystem_for(url, filesystem)
-    try:
-        return bytes(fs.cat_file(path))
-    except FileNotFoundError:
-        return None
-
-
-def write_bytes(url: str, data: bytes, filesystem: Any = None) -> None:
-    fs, path = filesystem_for(url, filesystem)
-    fs.pipe_file(path, data)
+def filesystem_for(path: str, filesystem: Any = None) -> Filesystem:
+    """The filesystem `path` is on: `LOCAL` for a local path, else `remote_filesystem`."""
+    return remote_filesystem(path, filesystem) if is_url(path) else LOCAL

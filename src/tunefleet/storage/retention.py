@@ -8,54 +8,36 @@ from __future__ import annotations
 import logging
 import math
 import os
-import re
-import shutil
 from collections.abc import Iterable
 from typing import Any
 
 from tunefleet._metrics import metric_value
-from tunefleet.storage.paths import is_url
+from tunefleet.storage._format import CHECKPOINT_NAME
+from tunefleet.storage.remote import filesystem_for
 
 logger = logging.getLogger("tunefleet")
-
-CHECKPOINT_NAME = re.compile(r"checkpoint_\d+")
 
 
 def delete_checkpoints(paths: Iterable[str]) -> list[tuple[str, str]]:
     """Delete checkpoint folders; return ``(path, reason)`` for each that failed. Never raises.
 
-    A folder is first renamed to a hidden name, so an interrupted delete never
+    A local folder is first renamed to a hidden name, so an interrupted delete never
     leaves a partial checkpoint under a checkpoint's name. Only folders named
     ``checkpoint_NNNNNN`` are deleted; a path that is already gone is not a failure.
     A remote one loses its manifest first, and is deleted once the experiment's
-    remote database no longer refers to it (see `_storage.ExperimentSync`).
+    remote database no longer refers to it (see `remote.DeferredDeletes`).
     """
     failures: list[tuple[str, str]] = []
-    remote: list[str] = []
     for path in paths:
         try:
             if not CHECKPOINT_NAME.fullmatch(os.path.basename(os.path.normpath(path))):
                 failures.append((path, "not a checkpoint folder (checkpoint_NNNNNN); not deleted"))
                 continue
-            if is_url(path):
-                remote.append(path)
-                continue
-            if not os.path.lexists(path):
-                continue
-            if os.path.islink(path) or not os.path.isdir(path):
-                failures.append((path, "not a directory; not deleted"))
-                continue
-            trash = os.path.join(
-                os.path.dirname(os.path.normpath(path)), f".del_{os.urandom(4).hex()}"
-            )
-            os.rename(path, trash)
-            shutil.rmtree(trash)
+            refused = filesystem_for(path).delete(path)
+            if refused is not None:
+                failures.append((path, refused))
         except Exception as exc:  # a retention delete must never take the driver down
             failures.append((path, f"{type(exc).__name__}: {exc}"))
-    if remote:
-        from tunefleet.storage.remote import delete_remote
-
-        failures.extend(delete_remote(remote))
     return failures
 
 

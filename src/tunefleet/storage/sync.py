@@ -3,6 +3,13 @@
 `ExperimentSync` keeps ``<storage_path URL>/<name>/`` up to date from the local
 staging folder while the experiment runs; `fetch_experiment` brings it back into a
 staging folder for `Tuner.restore(url)`. See `remote` and docs/storage.md.
+
+With such a storage path, the experiment's local folder (database, trial logs) is a
+*staging* folder under `default_storage_path()`, and `ExperimentSync` copies it to
+``<url>/<name>/``: a consistent snapshot of the database (SQLite's backup API) when
+the run starts, every `SyncConfig.sync_period` seconds and at the end, and the
+trial files that changed (logs). Checkpoints are not in the staging folder: trials
+write them to the bucket themselves (`remote.RemoteFilesystem`).
 """
 
 from __future__ import annotations
@@ -17,11 +24,10 @@ import sqlite3
 import tempfile
 import threading
 from pathlib import Path
-from typing import Any
 
-from tunefleet.storage import remote
+from tunefleet.storage.location import Storage, object_store
 from tunefleet.storage.paths import experiment_dirname, safe_child
-from tunefleet.storage.remote import Storage, files_under, filesystem_for, object_store, strip
+from tunefleet.storage.remote import DeferredDeletes, RemoteFilesystem
 
 logger = logging.getLogger("tunefleet")
 
@@ -86,7 +92,7 @@ def fetch_experiment(storage: Storage, staging_root: str) -> str:
             Path(f"{local / DB_FILE}{suffix}").unlink(missing_ok=True)
         local.mkdir(parents=True, exist_ok=True)
         os.replace(db, local / DB_FILE)
-        _fetch_trial_files(fs, path, local)
+        _fetch_trial_files(RemoteFilesystem(fs), path, local)
         return str(local)
     finally:
         shutil.rmtree(download, ignore_errors=True)
@@ -107,16 +113,16 @@ def _identity(db: str) -> tuple[str, str, int]:
     return str(meta["name"]), str(meta.get("id_prefix", "")), int(seq)
 
 
-def _fetch_trial_files(fs: Any, path: str, local: Path) -> None:
+def _fetch_trial_files(remote: RemoteFilesystem, path: str, local: Path) -> None:
     """The trial folders' files (logs), so that a resumed run appends to them."""
     files = [
         rel
-        for rel in files_under(fs, f"{path}/trials")
+        for rel in remote.files_under(f"{path}/trials")
         if rel.split("/")[1:2] != ["checkpoints"]
         and not any(p in ("", ".", "..") for p in rel.split("/"))
     ]
     if files:
-        fs.get(
+        remote.fs.get(
             [f"{path}/trials/{rel}" for rel in files],
             [str(local.joinpath("trials", *rel.split("/"))) for rel in files],
         )
@@ -130,26 +136,30 @@ class ExperimentSync:
     seconds, and `close()` a last one. Trial files (logs) that changed are uploaded
     with each snapshot when `artifacts` is true.
 
-    Retention deletes of this experiment's remote checkpoints are deferred
-    (`defer`): each runs after the upload of a snapshot taken after it was asked
-    for, so the remote database never points at a deleted checkpoint. `claim`
-    runs a trial's deferred deletes at once before that trial writes again.
+    While it runs, retention deletes of checkpoints through `filesystem` (the one
+    this process reaches the experiment's URL with) are deferred
+    (`remote.DeferredDeletes`): each runs after the upload of a snapshot taken after
+    it was asked for, so the remote database never points at a deleted checkpoint.
     """
 
     def __init__(
-        self, local: str, remote: str, *, period: float, timeout: float, artifacts: bool
+        self,
+        local: str,
+        remote: str,
+        filesystem: RemoteFilesystem,
+        *,
+        period: float,
+        timeout: float,
+        artifacts: bool,
     ) -> None:
         self.local = local
         self.remote = remote.rstrip("/")
-        self.fs, self.path = filesystem_for(self.remote)
+        self.filesystem = filesystem
+        self.fs, self.path = filesystem.fs, filesystem.path(self.remote)
         self.period = period
         self.timeout = timeout
         self.artifacts = artifacts
-        # Guards _pending, and is held while a deferred delete runs: a write under the
-        # same name (claim) waits for it.
-        self._lock = threading.Lock()
-        self._pending: dict[str, int] = {}  # url -> generation when it was deferred
-        self._generation = 0
+        self._deletes = DeferredDeletes(filesystem.remove_folder)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._seen: dict[str, tuple[int, int]] = {}  # trial file -> (size, mtime) uploaded
@@ -165,7 +175,7 @@ class ExperimentSync:
                 "credentials: RunConfig.storage_filesystem, or fsspec's configuration and the "
                 "environment)"
             ) from exc
-        remote._syncs[self.remote] = self
+        self.filesystem.deletes = self._deletes
         self._thread = threading.Thread(target=self._loop, name="tunefleet-sync", daemon=True)
         self._thread.start()
 
@@ -182,21 +192,8 @@ class ExperimentSync:
                     self.timeout,
                     self.local,
                 )
-        if remote._syncs.get(self.remote) is self:
-            del remote._syncs[self.remote]
-
-    def defer(self, url: str) -> None:
-        with self._lock:
-            self._pending.setdefault(url.rstrip("/"), self._generation)
-
-    def claim(self, folder: str, keep: str | None = None) -> None:
-        """Run the deferred deletes under `folder` now, except `keep` (about to be written)."""
-        prefix = folder.rstrip("/") + "/"
-        with self._lock:
-            for url in [u for u in self._pending if u.startswith(prefix)]:
-                del self._pending[url]
-                if url != keep:
-                    self._delete(url)
+        if self.filesystem.deletes is self._deletes:
+            self.filesystem.deletes = None
 
     def _loop(self) -> None:
         while not self._stop.wait(self.period):
@@ -205,9 +202,7 @@ class ExperimentSync:
 
     def sync(self, *, final: bool = False) -> None:
         """Upload a database snapshot, then run the deletes it allows, then trial files."""
-        with self._lock:
-            self._generation += 1
-            generation = self._generation
+        generation = self._deletes.next_snapshot()
         try:
             self._upload_database()
         except Exception as exc:
@@ -215,24 +210,12 @@ class ExperimentSync:
             if final:
                 logger.warning("The complete experiment is at %s", self.local)
             return
-        with self._lock:
-            due = [u for u, g in self._pending.items() if g < generation]
-        for url in due:  # one at a time: the driver never waits for more than one
-            with self._lock:
-                if self._pending.get(url, generation) < generation:
-                    del self._pending[url]
-                    self._delete(url)
+        self._deletes.run_due(generation)
         if self.artifacts:
             try:
                 self._upload_trial_files()
             except Exception as exc:
                 self._warn(f"could not upload trial files to {self.remote}", exc)
-
-    def _delete(self, url: str) -> None:
-        try:
-            remote.remove_folder(self.fs, strip(self.fs, url))
-        except Exception as exc:
-            logger.warning("could not delete checkpoint %s: %s: %s", url, type(exc).__name__, exc)
 
     def _upload_database(self) -> None:
         folder = os.path.join(self.local, ".tunefleet")
