@@ -10,7 +10,7 @@ import secrets
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tunefleet._version import __version__
 from tunefleet.backends import Backend
@@ -28,6 +28,7 @@ from tunefleet.progress.live import StatusReporter, warnings_shown
 from tunefleet.resources import normalize_resources
 from tunefleet.schedulers import FIFOScheduler, TrialScheduler
 from tunefleet.search import BasicVariantGenerator, Searcher
+from tunefleet.stoppers import Stopper, make_stopper
 from tunefleet.storage.checkpoint import CheckpointKeeper
 from tunefleet.storage.paths import (
     default_experiment_name,
@@ -35,7 +36,12 @@ from tunefleet.storage.paths import (
     local_path,
     safe_child,
 )
+from tunefleet.store import ExperimentStore
 from tunefleet.trainable import resources_of, trainable_name, unwrap
+from tunefleet.trial import StopCause
+
+if TYPE_CHECKING:
+    from tunefleet.storage.sync import ExperimentSync
 
 logger = logging.getLogger("tunefleet")
 
@@ -62,9 +68,7 @@ def _run(
     resume: ResumeState | None,
     resume_url: str | None,
 ) -> str:
-    from tunefleet.stoppers import make_stopper
     from tunefleet.storage.location import parse_storage
-    from tunefleet.store import ExperimentStore
     from tunefleet.store._check import DriverLock
 
     searcher = _searcher(tune_config, param_space)
@@ -101,7 +105,7 @@ def _run(
 
 
 def _remote(
-    store: Any,
+    store: ExperimentStore,
     name: str,
     storage: Any,
     resumed: bool,
@@ -127,7 +131,9 @@ def _remote(
     return remote
 
 
-def _start_sync(path: str, remote: Any, run_config: RunConfig, backend: Any, store: Any) -> Any:
+def _start_sync(
+    path: str, remote: Any, run_config: RunConfig, backend: Backend, store: ExperimentStore
+) -> ExperimentSync:
     """Upload the experiment now (a wrong URL or credentials fail here), then periodically."""
     from tunefleet.storage.remote import register_filesystem
     from tunefleet.storage.sync import ExperimentSync
@@ -228,7 +234,7 @@ def _meta(
     }
 
 
-def _record_resume(store: Any, resume: ResumeState, tune_config: TuneConfig) -> None:
+def _record_resume(store: ExperimentStore, resume: ResumeState, tune_config: TuneConfig) -> None:
     store.write_meta(
         {"status": "running", "resumed_at": time.time(), "num_samples": tune_config.num_samples}
     )
@@ -237,7 +243,9 @@ def _record_resume(store: Any, resume: ResumeState, tune_config: TuneConfig) -> 
         store.add_event(trial.trial_id, "resume", {"action": what, "status": trial.status.value})
 
 
-def _restore_states(resume: ResumeState, searcher: Any, scheduler: Any, stopper: Any) -> None:
+def _restore_states(
+    resume: ResumeState, searcher: Searcher, scheduler: TrialScheduler, stopper: Stopper | None
+) -> None:
     if resume.searcher_state is not None:
         searcher.set_state(resume.searcher_state)
     if resume.scheduler_state is not None:
@@ -290,10 +298,10 @@ def _spec(
 def _drive(
     spec: ExperimentSpec,
     backend: Backend,
-    store: Any,
+    store: ExperimentStore,
     searcher: Searcher,
     scheduler: TrialScheduler,
-    stopper: Any,
+    stopper: Stopper | None,
     run_config: RunConfig,
     resume: ResumeState | None,
 ) -> str:
@@ -323,14 +331,15 @@ def _drive(
     status = "failed"
     try:
         controller.run()
-        status = "interrupted" if controller.stop_reason == "interrupted" else "finished"
+        interrupted = controller.stop_reason is StopCause.INTERRUPTED
+        status = "interrupted" if interrupted else "finished"
     finally:
         store.write_meta(
             {"status": status, "ended_at": time.time(), "stop_reason": controller.stop_reason}
         )
         store.close()
         reporter.finish(
-            list(controller.trials.values()), spec.path, controller.stop_reason, controller
+            list(controller.trial_list), spec.path, controller.stop_reason, controller.progress()
         )
     return spec.path
 
