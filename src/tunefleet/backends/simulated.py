@@ -288,13 +288,13 @@ class SimulatedBackend(Backend):
 
     def _step(self, state: _Sim, at: float, events: list[Event]) -> None:
         launch, sim = state.launch, self.sim
-        state.budget += 1
-        metrics = sim.f(launch.config, state.budget)
+        budget = state.budget + 1
+        metrics = sim.f(launch.config, budget)
         if not isinstance(metrics, Mapping):
             raise TypeError(
-                f"f(config, {state.budget}) must return a dict of metrics, "
-                f"not {type(metrics).__name__}"
+                f"f(config, {budget}) must return a dict of metrics, not {type(metrics).__name__}"
             )
+        state.budget = budget  # a step that raised is not done: a failure names the last one
         # numpy scalars from a surrogate model as Python numbers
         result: dict[str, Any] = python_scalars(dict(metrics))
         result.update(
