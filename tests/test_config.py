@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 import tunefleet as tune
+from tests.helpers.results import metrics_of
 from tunefleet.space import SearchSpaceError
 
 
@@ -17,7 +18,7 @@ def train(config: dict[str, Any]) -> None:
 
 BAD: list[tuple[dict[str, Any], type[Exception], str]] = [
     (dict(tune_config=tune.TuneConfig(num_samples=0)), ValueError, r"num_samples=0 .* >= 1"),
-    (dict(tune_config=tune.TuneConfig(num_samples=2.5)), ValueError, r"num_samples=2.5"),
+    (dict(tune_config=tune.TuneConfig(num_samples=2.5)), ValueError, r"num_samples=2.5"),  # type: ignore[arg-type]
     (
         dict(tune_config=tune.TuneConfig(metric="loss", mode="minimize")),
         ValueError,
@@ -96,4 +97,4 @@ def test_max_concurrent_trials_zero_means_no_limit(storage: str) -> None:
         tune_config=tune.TuneConfig(max_concurrent_trials=0),
         run_config=tune.RunConfig(storage_path=storage, verbose=0),
     ).fit()
-    assert sorted(r.metrics["loss"] for r in grid) == [1.0, 2.0, 3.0]
+    assert sorted(metrics_of(r)["loss"] for r in grid) == [1.0, 2.0, 3.0]

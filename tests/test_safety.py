@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tunefleet as tune
+from tests.helpers.results import metrics_of
 from tunefleet._redact import (
     REDACTED,
     Secret,
@@ -384,8 +385,10 @@ def test_canary_secrets_never_leave_the_trial(
     # The trial received the real values; tunefleet kept none of them.
     assert grid.num_terminated == 1 and grid.num_errors == 1
     ok = next(r for r in grid if r.error is None)
-    assert ok.metrics["api_key_len"] == len(AK) and ok.metrics["token_len"] == len(TOK)
-    assert ok.metrics["api_key"] == REDACTED and ok.metrics["echo_url"] == URL.replace(PW, "***")
+    assert metrics_of(ok)["api_key_len"] == len(AK) and metrics_of(ok)["token_len"] == len(TOK)
+    assert metrics_of(ok)["api_key"] == REDACTED and metrics_of(ok)["echo_url"] == URL.replace(
+        PW, "***"
+    )
     assert ok.config["api_key"] == REDACTED and ok.config["token"] == REDACTED
     assert ok.config["db_url"] == "postgresql://u:***@localhost/db"
     failed = next(r for r in grid if r.error is not None)

@@ -21,6 +21,7 @@ import tunefleet as tune
 from tests.helpers.gpu_trainables import GiB, gpu_memory, on_gpu
 from tests.helpers.paths import PROGRAMS
 from tests.helpers.processes import overlap
+from tests.helpers.results import metrics_of
 from tunefleet.backends.local._resources import detect_gpus
 from tunefleet.results import ResultGrid
 from tunefleet.trial import FailureKind
@@ -35,7 +36,7 @@ SCRIPT = PROGRAMS / "cuda_script.py"
 
 def most_at_once(grid: ResultGrid) -> int:
     """The largest number of trials running at one moment."""
-    return overlap([(r.metrics["start"], r.metrics["end"]) for r in grid])
+    return overlap([(metrics_of(r)["start"], metrics_of(r)["end"]) for r in grid])
 
 
 def run_on_gpu(gpu: float, num_samples: int, storage: str, **run: Any) -> ResultGrid:
@@ -51,7 +52,7 @@ def check_packing(half: ResultGrid, whole: ResultGrid, gpus: int) -> None:
     for result in [*half, *whole]:
         assert result.error is None, result.error
         assert result.metrics["device_count"] == 1, "a trial sees the one GPU it was given"
-    assert len({r.metrics["uuid"] for r in half}) == gpus
+    assert len({metrics_of(r)["uuid"] for r in half}) == gpus
     assert most_at_once(half) == 2 * gpus, "two half-GPU trials share each device"
     assert most_at_once(whole) == gpus, "whole-GPU trials never share one"
 

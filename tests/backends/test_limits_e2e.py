@@ -20,7 +20,9 @@ import pytest
 
 import tunefleet as tune
 from tests.helpers.processes import pid_alive
+from tests.helpers.results import metrics_of
 from tunefleet.backends import Failed, Results, TrialLaunch
+from tunefleet.backends._protocol import FromWorker, TrialResults
 from tunefleet.backends.local import LocalBackend
 from tunefleet.store import StoreReader
 
@@ -132,7 +134,7 @@ def test_a_trial_ignoring_sigterm_is_killed_before_its_cpu_is_reused(
     assert deaf is not None and deaf.failure.kind is tune.FailureKind.TIMEOUT
     assert [e["kind"] for e in failed_events(grid, by_role["deaf"].trial_id)] == ["TIMEOUT"]
     assert by_role["next"].error is None
-    assert by_role["next"].metrics["deaf_alive"] is False  # SIGKILLed (and reaped) first
+    assert metrics_of(by_role["next"])["deaf_alive"] is False  # SIGKILLed (and reaped) first
 
 
 # -- stale attempts -------------------------------------------------------------------------
@@ -175,13 +177,13 @@ def test_sigstopped_attempt_times_out_and_its_late_results_are_dropped(
     if leaky_backend:  # deliver what the timed-out attempt still sends: the controller must drop it
         handle = LocalBackend._handle
 
-        def leaky(self: LocalBackend, worker: Any, msg: tuple[Any, ...], events: list[Any]) -> None:
+        def leaky(self: LocalBackend, worker: Any, msg: FromWorker, events: list[Any]) -> None:
             timed_out, worker.timed_out = worker.timed_out, False
             try:
                 handle(self, worker, msg, events)
             finally:
                 worker.timed_out = timed_out
-            if timed_out and msg[0] == "results":
+            if timed_out and isinstance(msg, TrialResults):
                 leaked.append(msg)
 
         monkeypatch.setattr(LocalBackend, "_handle", leaky)
@@ -265,15 +267,25 @@ def test_backend_delivers_nothing_from_an_attempt_after_its_timeout(tmp_path: Pa
         assert not backend.can_start({"cpu": 1.0})
         pid = read_pid(pids, "worker")
         events: list[Any] = []
-        wait_for(lambda: bool(events.extend(backend.poll(0.05)) or events), what="a result")
-        os.kill(pid, signal.SIGSTOP)
-        wait_for(
-            lambda: bool(events.extend(backend.poll(0.05)) or isinstance(events[-1], Failed)),
-            what="the heartbeat timeout",
-        )
         after: list[Any] = []
+
+        def reported() -> bool:
+            events.extend(backend.poll(0.05))
+            return bool(events)
+
+        def timed_out() -> bool:
+            events.extend(backend.poll(0.05))
+            return isinstance(events[-1], Failed)
+
+        def killed() -> bool:
+            after.extend(backend.poll(0.05))
+            return not pid_alive(pid)
+
+        wait_for(reported, what="a result")
+        os.kill(pid, signal.SIGSTOP)
+        wait_for(timed_out, what="the heartbeat timeout")
         os.kill(pid, signal.SIGCONT)  # SIGTERM is ignored: it reports until the SIGKILL
-        wait_for(lambda: bool(after.extend(backend.poll(0.05))) or not pid_alive(pid), what="kill")
+        wait_for(killed, what="kill")
         while not backend.can_start({"cpu": 1.0}):  # released once the process died
             after.extend(backend.poll(0.05))
     finally:
@@ -358,9 +370,9 @@ def test_a_reused_worker_starts_the_next_trial_clean(storage: str, tmp_path: Pat
     )
     assert grid.num_terminated == 2
     first, second = sorted(grid, key=lambda r: r.trial_id)
-    assert first.metrics["pid"] == second.metrics["pid"]  # the same worker ran both
-    assert second.metrics["leftovers"] == 0
-    assert not first.metrics["key_seen"]  # the trainable file's key stays in the worker
+    assert metrics_of(first)["pid"] == metrics_of(second)["pid"]  # the same worker ran both
+    assert metrics_of(second)["leftovers"] == 0
+    assert not metrics_of(first)["key_seen"]  # the trainable file's key stays in the worker
     assert len(spawned_pids(tmp_path / "pids")) == 8
     assert not [p for p in spawned_pids(tmp_path / "pids") if pid_alive(p)]
 

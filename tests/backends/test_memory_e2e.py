@@ -17,6 +17,7 @@ import psutil
 import pytest
 
 import tunefleet as tune
+from tests.helpers.results import metrics_of
 from tunefleet.backends import Failed, Finished, TrialLaunch
 from tunefleet.backends.local import LocalBackend, _memory, _memory_limits
 from tunefleet.store import StoreReader
@@ -87,7 +88,7 @@ def test_cgroup_v1_limit_kills_the_trial_and_the_experiment_goes_on(
     grid = fit(limited, space, storage)
 
     ok = [r for r in grid if r.config["mb"] == 20]
-    assert len(ok) == 2 and all(r.error is None and r.metrics["loss"] == 0.5 for r in ok)
+    assert len(ok) == 2 and all(r.error is None and metrics_of(r)["loss"] == 0.5 for r in ok)
     for child in (False, True):
         failure = oom_of(grid, mb=300, child=child)
         assert "cgroup v1" in failure.message and "kernel's OOM killer" in failure.message
@@ -120,7 +121,7 @@ def test_rlimit_turns_memory_error_into_oom(storage: str, monkeypatch: pytest.Mo
     assert failure.memory_limit == LIMIT and "limit 150 MiB" in failure.message
     assert failure.exception_type == "MemoryError" and failure.peak_memory
     (ok,) = [r for r in grid if r.config["mb"] == 20]
-    assert ok.error is None and ok.metrics["loss"] == 0.5
+    assert ok.error is None and metrics_of(ok)["loss"] == 0.5
 
 
 def test_tree_watcher_kills_a_child_over_the_limit(
@@ -249,18 +250,18 @@ def test_node_watcher_kills_the_newest_trial_and_the_retry_fits(
         failure_config=tune.FailureConfig(memory_usage_threshold=0.5, max_failures=1),
     )
     first, newest = sorted(grid, key=lambda r: r.config["i"])
-    assert first.error is None and first.metrics["loss"] == 0.5
-    assert newest.error is None and newest.metrics["loss"] == 0.25
-    assert newest.metrics["after_a"] == 1.0  # the retry waited until it fit (adaptive)
+    assert first.error is None and metrics_of(first)["loss"] == 0.5
+    assert newest.error is None and metrics_of(newest)["loss"] == 0.25
+    assert metrics_of(newest)["after_a"] == 1.0  # the retry waited until it fit (adaptive)
     with StoreReader(grid.experiment_path) as reader:
         failed = reader.events(kinds="failed")
-    assert [e["trial_id"] for e in failed] == [newest.metrics["trial_id"]]
+    assert [e["trial_id"] for e in failed] == [metrics_of(newest)["trial_id"]]
     failure = FailureRecord.from_json(failed[0]["data"])
     assert failure.kind is tune.FailureKind.OOM and "node memory watcher" in failure.message
     assert "newest running trial" in failure.message
     assert "memory_usage_threshold=0.5" in failure.message
     assert failure.memory_limit == 500 * MiB and failure.peak_memory
-    assert f"{first.metrics['trial_id']}: " in failure.message  # the other trial's memory
+    assert f"{metrics_of(first)['trial_id']}: " in failure.message  # the other trial's memory
     assert "max_concurrent_trials" in failure.message
 
 
@@ -333,7 +334,7 @@ def test_declared_memory_limits_concurrency(
         failure_config=tune.FailureConfig(memory_usage_threshold=0.5),
     )
     assert grid.num_errors == 0 and len(grid) == 3
-    assert [r.metrics["others"] for r in grid] == [0, 0, 0]  # 2 x 300 MiB > 500 MiB
+    assert [metrics_of(r)["others"] for r in grid] == [0, 0, 0]  # 2 x 300 MiB > 500 MiB
 
 
 def test_a_container_limit_smaller_than_ram_is_the_node_total(tmp_path: Path) -> None:
@@ -384,9 +385,9 @@ def test_gpu_oom_is_classified_and_its_worker_replaced(storage: str) -> None:
         tune_config=tune.TuneConfig(metric="loss", mode="min", max_concurrent_trials=1),
         run_config=tune.RunConfig(storage_path=storage, verbose=0),
     ).fit()
-    results = sorted(grid, key=lambda r: r.metrics["trial_id"])
+    results = sorted(grid, key=lambda r: metrics_of(r)["trial_id"])
     assert [r.config["how"] for r in results] == hows
-    pids = [r.metrics["pid"] for r in results]
+    pids = [metrics_of(r)["pid"] for r in results]
     for result in results[2:4]:
         assert result.error is not None, result.config
         failure = result.error.failure

@@ -11,6 +11,7 @@ import psutil
 import pytest
 
 import tunefleet as tune
+from tests.helpers.results import metrics_of
 from tunefleet.trial import FailureKind
 
 ray = pytest.importorskip("ray")
@@ -65,7 +66,7 @@ def test_without_reuse_each_trial_gets_a_new_actor(local_ray: None, storage: str
         tune_config=tune.TuneConfig(max_concurrent_trials=1, reuse_actors=False),
         run_config=tune.RunConfig(storage_path=storage, backend="ray", verbose=0),
     ).fit()
-    assert len({r.metrics["pid"] for r in grid}) == 3
+    assert len({metrics_of(r)["pid"] for r in grid}) == 3
 
 
 def test_class_trainable_and_pause_resume_from_checkpoints(local_ray: None, storage: str) -> None:
@@ -85,7 +86,7 @@ def test_class_trainable_and_pause_resume_from_checkpoints(local_ray: None, stor
         ),
     ).fit()
     assert all(r.error is None for r in grid)
-    assert max(r.metrics["total"] for r in grid) == 3
+    assert max(metrics_of(r)["total"] for r in grid) == 3
     assert events(storage, "paused"), "HyperBand paused trials at its milestones"
 
 
@@ -121,7 +122,7 @@ def test_a_stop_condition_ends_the_trial_on_time(local_ray: None, storage: str) 
             storage_path=storage, backend="ray", verbose=0, stop={"training_iteration": 5}
         ),
     ).fit()
-    assert grid[0].metrics["training_iteration"] == 5 and grid[0].error is None
+    assert metrics_of(grid[0])["training_iteration"] == 5 and grid[0].error is None
 
 
 def test_a_trial_that_ignores_stop_is_killed(local_ray: None, storage: str) -> None:
@@ -147,9 +148,9 @@ def test_a_placement_group_trial_runs_its_workers_in_its_bundles(
         param_space={"workers": 1, "x": tune.grid_search([1, 2])},
         run_config=tune.RunConfig(storage_path=storage, backend="ray", verbose=0),
     ).fit()
-    assert all(r.error is None and r.metrics["in_group"] for r in grid)
-    assert all(r.metrics["sum"] == 0 for r in grid)
-    first, second = sorted(r.metrics["t"] for r in grid)
+    assert all(r.error is None and metrics_of(r)["in_group"] for r in grid)
+    assert all(metrics_of(r)["sum"] == 0 for r in grid)
+    first, second = sorted(metrics_of(r)["t"] for r in grid)
     assert second - first >= 0.5, "the trials ran one after the other: each holds both CPUs"
 
 

@@ -15,6 +15,7 @@ import psutil
 import pytest
 
 import tunefleet as tune
+from tests.helpers.results import metrics_of
 from tunefleet.trial import FailureKind
 
 ray = pytest.importorskip("ray")
@@ -64,7 +65,7 @@ def cluster() -> Iterator[Cluster]:
     c.wait_for_nodes()
     yield c
     ray.shutdown()
-    c.shutdown()
+    c.shutdown()  # type: ignore[no-untyped-call]
     shutdown_and_check(before)
 
 
@@ -148,10 +149,10 @@ def test_pbt_exploits_and_resumes_across_nodes(cluster: Cluster, storage: str) -
         tune_config=tune.TuneConfig(metric="score", mode="max", scheduler=pbt),
         run_config=tune.RunConfig(storage_path=storage, backend="ray", verbose=0),
     ).fit()
-    assert all(r.error is None and r.metrics["training_iteration"] == 12 for r in grid)
+    assert all(r.error is None and metrics_of(r)["training_iteration"] == 12 for r in grid)
     assert events(storage, "exploit"), "the weak trial took the strong one's checkpoint"
-    weak = min(grid, key=lambda r: r.metrics["score"])
-    assert weak.metrics["score"] > 0.1 * 12, "it continued from the strong trial's score"
+    weak = min(grid, key=lambda r: metrics_of(r)["score"])
+    assert metrics_of(weak)["score"] > 0.1 * 12, "it continued from the strong trial's score"
 
 
 def test_node_loss_resumes_elsewhere_from_the_checkpoint(

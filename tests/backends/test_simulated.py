@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import tunefleet as tune
+from tests.helpers.results import metrics_of
 from tunefleet.backends.simulated import SimulatedBackend, SimulatedTrainable
-from tunefleet.schedulers import TrialScheduler
+from tunefleet.schedulers import Candidates, TrialScheduler
 from tunefleet.search import BasicVariantGenerator, Searcher
 from tunefleet.store._reader import StoreReader
 from tunefleet.trial import Trial, TrialStatus
@@ -32,7 +33,7 @@ def fit(tmp_path: Any, sim: SimulatedTrainable, **kwargs: Any) -> tune.ResultGri
     ).fit()
 
 
-def histories(results: tune.ResultGrid) -> dict[str, list[dict[str, Any]]]:
+def histories(results: tune.ResultGrid) -> dict[str, list[dict[Hashable, Any]]]:
     return {r.trial_id: r.metrics_dataframe.to_dict("records") for r in results}
 
 
@@ -74,8 +75,8 @@ def test_time_budget_is_virtual(tmp_path: Any) -> None:
     assert len(ran) == 2  # two workers, nobody reached 1000 steps
     for r in ran:
         assert r.status == "TERMINATED"
-        assert 58 <= r.metrics["training_iteration"] <= 60
-        assert r.metrics["time_total_s"] <= 3600.0 + 1.0
+        assert 58 <= metrics_of(r)["training_iteration"] <= 60
+        assert metrics_of(r)["time_total_s"] <= 3600.0 + 1.0
 
 
 def test_stragglers_finish_later(tmp_path: Any) -> None:
@@ -86,7 +87,7 @@ def test_stragglers_finish_later(tmp_path: Any) -> None:
         lambda c, b: {"loss": float(b)}, cost=cost, max_budget=20, workers=4, overhead_scale=0
     )
     results = fit(tmp_path, sim, param_space={"slow": tune.grid_search([True, False])})
-    end = {r.config["slow"]: r.metrics for r in results}
+    end = {r.config["slow"]: metrics_of(r) for r in results}
     assert end[False]["time_total_s"] == pytest.approx(20.0)
     assert end[True]["time_total_s"] == pytest.approx(200.0)
     assert end[True]["timestamp"] > end[False]["timestamp"]
@@ -107,7 +108,7 @@ class PauseOnceAt3(TrialScheduler):
             return self.PAUSE
         return self.CONTINUE
 
-    def choose_trial_to_run(self, candidates: Sequence[Trial]) -> Trial | None:
+    def choose_trial_to_run(self, candidates: Candidates | Sequence[Trial]) -> Trial | None:
         paused = [t for t in candidates if t.status is TrialStatus.PAUSED]
         return paused[0] if paused else super().choose_trial_to_run(candidates)
 
@@ -173,9 +174,10 @@ class CutAt3(TrialScheduler):
 
 def test_same_seed_same_results(tmp_path: Any) -> None:
     def noisy_cost(config: dict[str, Any], budget: int) -> float:
-        return 1.0 + 3.0 * config["x"]
+        x: float = config["x"]
+        return 1.0 + 3.0 * x
 
-    def run(where: str) -> dict[str, list[dict[str, Any]]]:
+    def run(where: str) -> dict[str, list[dict[Hashable, Any]]]:
         sim = SimulatedTrainable(curve, cost=noisy_cost, max_budget=27, workers=3, overhead_scale=0)
         results = fit(
             tmp_path / where,
@@ -184,7 +186,7 @@ def test_same_seed_same_results(tmp_path: Any) -> None:
             search_alg=BasicVariantGenerator(seed=7),
             scheduler=CutAt3(),
         )
-        by_config: dict[str, list[dict[str, Any]]] = {}
+        by_config: dict[str, list[dict[Hashable, Any]]] = {}
         for r in results:
             by_config[repr(r.config)] = [
                 {k: v for k, v in h.items() if k not in ("trial_id", "date")}

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import tunefleet as tune
+from tests.helpers.results import metrics_of
 from tests.helpers.resume_trainables import counting
 from tunefleet.trial import Trial
 
@@ -83,4 +84,4 @@ def test_every_hook_is_called_as_the_run_goes(storage: str, tmp_path: Path) -> N
     assert len(recorder.checkpoints) == 9 and all(
         Path(p).is_dir() or p for p in recorder.checkpoints
     )
-    assert {t.trial_id for t in recorder.final} == {r.metrics["trial_id"] for r in grid}
+    assert {t.trial_id for t in recorder.final} == {metrics_of(r)["trial_id"] for r in grid}

@@ -151,6 +151,7 @@ def test_mlflow_one_run_per_trial_with_params_metrics_and_checkpoint(
     ).fit()
     client = MlflowClient(tracking_uri=uri)
     experiment = client.get_experiment_by_name("tf-test")
+    assert experiment is not None
     runs = client.search_runs([experiment.experiment_id])
     assert (
         sorted(r.data.tags["trial_id"] for r in runs)

@@ -16,6 +16,7 @@ import pytest
 
 import tunefleet as tune
 from tests.helpers.processes import pid_alive
+from tests.helpers.results import metrics_of
 from tunefleet.store import StoreReader
 
 
@@ -45,7 +46,7 @@ def test_each_failure_is_named_and_the_experiment_goes_on(storage: str) -> None:
         run_config=tune.RunConfig(storage_path=storage, verbose=0),
     ).fit()
     by_how = {r.config["how"]: r for r in grid}
-    assert by_how["ok"].error is None and by_how["ok"].metrics["loss"] == 0.5
+    assert by_how["ok"].error is None and metrics_of(by_how["ok"])["loss"] == 0.5
     assert grid.num_errors == 5 and grid.num_terminated == 1
 
     raised = by_how["raise"].error

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 import tunefleet as tune
+from tests.helpers.results import metrics_of
 from tunefleet.search import BasicVariantGenerator
 from tunefleet.space import SearchSpaceError
 from tunefleet.store import StoreReader
@@ -107,7 +108,7 @@ def test_trial_context_and_checkpoint_round_trip(storage: str, tmp_path: Path) -
         run_config=tune.RunConfig(name="ctx", storage_path=storage, verbose=0),
     ).fit()
     for result in grid:
-        m = result.metrics
+        m = metrics_of(result)
         assert m["ctx_id"] == m["trial_id"]
         assert m["ctx_name"] == f"named_{m['trial_id']}"
         assert Path(m["ctx_dir"]) == Path(result.path)
@@ -192,4 +193,4 @@ def test_nested_metric_with_numpy_and_torch_scalars_reaches_the_searcher(storage
     assert all(type(v) is float for v in searcher.seen)
     best = grid.get_best_result()
     assert best.config == {"x": 1.0}
-    assert best.metrics["val"]["loss"] == 3.0 and best.metrics["t"] == 6.0
+    assert metrics_of(best)["val"]["loss"] == 3.0 and metrics_of(best)["t"] == 6.0

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 import tunefleet as tune
+from tests.helpers.results import metrics_of
 from tunefleet.store import StoreReader
 
 
@@ -31,15 +32,15 @@ def test_fit_records_every_result_with_auto_metrics(storage: str) -> None:
     assert grid.num_terminated == 6 and grid.num_errors == 0
     assert sorted(r.config["opt"] for r in grid) == ["adam"] * 3 + ["sgd"] * 3
     for result in grid:
-        assert result.metrics["training_iteration"] == 5
-        assert result.metrics["done"] is True
+        assert metrics_of(result)["training_iteration"] == 5
+        assert metrics_of(result)["done"] is True
         for key in ("time_total_s", "time_this_iter_s", "timestamp", "trial_id", "pid"):
-            assert key in result.metrics
+            assert key in metrics_of(result)
         assert len(result.metrics_dataframe) == 5
         out = Path(result.path, "stdout.log").read_text()
         assert f"hello from {result.config['x']}" in out
     best = grid.get_best_result()
-    assert best.metrics["loss"] == min(r.metrics["loss"] for r in grid)
+    assert metrics_of(best)["loss"] == min(metrics_of(r)["loss"] for r in grid)
     assert Path(grid.experiment_path, "experiment.db").exists()
 
 
@@ -56,9 +57,9 @@ def test_stop_dict_is_exact_and_workers_are_reused(storage: str) -> None:
         tune_config=tune.TuneConfig(num_samples=6, max_concurrent_trials=2),
         run_config=tune.RunConfig(storage_path=storage, stop={"training_iteration": 7}, verbose=0),
     ).fit()
-    assert [r.metrics["training_iteration"] for r in grid] == [7] * 6
+    assert [metrics_of(r)["training_iteration"] for r in grid] == [7] * 6
     assert all(len(r.metrics_dataframe) == 7 for r in grid)
-    pids = {r.metrics["pid"] for r in grid}
+    pids = {metrics_of(r)["pid"] for r in grid}
     assert len(pids) <= 2, "workers should be reused across trials"
 
 
@@ -69,7 +70,7 @@ def test_reuse_actors_false_gives_each_trial_a_new_process(storage: str) -> None
         tune_config=tune.TuneConfig(num_samples=4, reuse_actors=False),
         run_config=tune.RunConfig(storage_path=storage, verbose=0),
     ).fit()
-    assert len({r.metrics["pid"] for r in grid}) == 4
+    assert len({metrics_of(r)["pid"] for r in grid}) == 4
 
 
 def stopper_fn(trial_id: str, result: dict[str, Any]) -> bool:
@@ -83,8 +84,8 @@ def test_callable_stopper_and_time_budget(storage: str) -> None:
         run_config=tune.RunConfig(storage_path=storage, stop=stopper_fn, verbose=0),
     ).fit()
     for result in grid:
-        assert result.metrics["loss"] < 0.3
-        assert result.metrics["training_iteration"] == 4
+        assert metrics_of(result)["loss"] < 0.3
+        assert metrics_of(result)["training_iteration"] == 4
     budget = tune.Tuner(
         endless,
         tune_config=tune.TuneConfig(num_samples=-1, time_budget_s=1.5),
@@ -125,13 +126,13 @@ def test_retry_resumes_from_latest_checkpoint(storage: str) -> None:
     df = result.metrics_dataframe
     # steps 0,1,2 then the failure; the retry starts from the checkpoint after step 2
     assert list(df["step"]) == [0, 1, 2, 3, 4, 5]
-    assert result.metrics["training_iteration"] == 6
+    assert metrics_of(result)["training_iteration"] == 6
     assert result.checkpoint is not None
     assert Path(result.checkpoint.path, "step.txt").read_text() == "6"
     kept = sorted(os.listdir(Path(result.path, "checkpoints")))
     assert kept == ["checkpoint_000005", "checkpoint_000006"]
     reader = StoreReader(grid.experiment_path)
-    kinds = [e["kind"] for e in reader.events(result.metrics["trial_id"])]
+    kinds = [e["kind"] for e in reader.events(metrics_of(result)["trial_id"])]
     assert "failed" in kinds and kinds.count("started") == 2
 
 
@@ -176,6 +177,7 @@ def test_class_trainable_checkpoint_freq_and_at_end(storage: str) -> None:
         names = sorted(os.listdir(Path(trial.path, "checkpoints")))
         assert names == ["checkpoint_000002", "checkpoint_000004", "checkpoint_000005"]
     best_ckpt = grid.best_checkpoint
+    assert best_ckpt is not None
     assert Path(best_ckpt.path, "value.txt").read_text() == "10"
 
 
@@ -193,7 +195,7 @@ def test_with_parameters_and_resources(storage: str, tmp_path: Path) -> None:
         param_space={"k": tune.grid_search([1, 2, 3, 4])},
         run_config=tune.RunConfig(storage_path=storage, verbose=0, resources={"slot": 1}),
     ).fit()
-    assert sorted(r.metrics["total"] for r in grid) == [
+    assert sorted(metrics_of(r)["total"] for r in grid) == [
         sum(range(100_000)) * k for k in (1, 2, 3, 4)
     ]
     # one custom "slot": trials ran one at a time, so one reused worker ran them all
@@ -224,7 +226,7 @@ def test_fractional_gpus_share_devices(storage: str, monkeypatch: pytest.MonkeyP
         tune_config=tune.TuneConfig(num_samples=4),
         run_config=tune.RunConfig(storage_path=storage, verbose=0, resources={"cpu": 4}),
     ).fit()
-    devices = sorted(r.metrics["gpus"] for r in grid)
+    devices = sorted(metrics_of(r)["gpus"] for r in grid)
     assert devices == ["0", "0", "1", "1"]
 
 
@@ -242,7 +244,7 @@ def test_declaring_more_gpus_than_detected_gives_made_up_ids(
                 storage_path=storage, verbose=0, resources={"cpu": 2, "gpu": 2}
             ),
         ).fit()
-    assert sorted(r.metrics["gpus"] for r in grid) == ["0", "1"]
+    assert sorted(metrics_of(r)["gpus"] for r in grid) == ["0", "1"]
     assert "resources['gpu']=2 but 1 GPU(s) were detected" in caplog.text
     with pytest.raises(ValueError, match=r"resources\['gpu'\]=0.5 is not valid"):
         tune.Tuner(

@@ -24,6 +24,7 @@ import pytest
 
 import tunefleet as tune
 from tests.helpers.paths import REPO
+from tests.helpers.results import metrics_of
 from tests.helpers.resume_trainables import ITERATIONS, Stepper, counting
 from tunefleet.store import StoreReader
 from tunefleet.store._check import CorruptStoreError, DriverLock
@@ -300,7 +301,7 @@ def test_resumed_trials_get_their_redacted_secrets_back(storage: str, tmp_path: 
         grid.experiment_path, needs_secrets, param_space=space(), resume_errored=True
     ).fit()
     assert again.num_errors == 0
-    assert again[0].metrics["score"] == 2.0
+    assert metrics_of(again[0])["score"] == 2.0
 
 
 def test_a_budget_may_grow_on_resume(storage: str) -> None:

@@ -72,7 +72,8 @@ def sees_gpus(config: dict[str, Any]) -> None:
     """Waits 1 s, then reports the GPU ids it was given and CUDA_VISIBLE_DEVICES."""
     start = time.time()
     time.sleep(1.0)
-    gpu_ids = tune.get_context().get_trial_resources().get("gpu_ids", [])
+    resources: dict[str, Any] = tune.get_context().get_trial_resources()  # "gpu_ids" a list
+    gpu_ids: list[str] = resources.get("gpu_ids", [])
     visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
     tune.report({"gpu_ids": ",".join(gpu_ids), "visible": visible, "start": start})
     tune.report(
@@ -125,7 +126,7 @@ def data_parallel(config: dict[str, Any]) -> None:
 
 
 class Steps(tune.Trainable):
-    def setup(self, config: dict[str, Any]) -> None:
+    def setup(self, config: dict[str, Any], **params: Any) -> None:
         self.total = 0
 
     def step(self) -> dict[str, Any]:
@@ -143,7 +144,8 @@ def resources_returned(timeout: float = 20.0) -> None:
     """Every CPU, GPU and custom resource of the cluster is free again (actors end async)."""
     deadline = time.monotonic() + timeout
     while True:
-        total, free = ray.cluster_resources(), ray.available_resources()
+        total = ray.cluster_resources()  # type: ignore[no-untyped-call]
+        free = ray.available_resources()  # type: ignore[no-untyped-call]
         held = {
             k: total[k] - free.get(k, 0.0)
             for k in total

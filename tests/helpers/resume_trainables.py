@@ -52,7 +52,7 @@ def needs_secrets(config: dict[str, Any]) -> None:
 class Stepper(tune.Trainable):
     """A class trainable that checkpoints its step count (every iteration in the tests)."""
 
-    def setup(self, config: dict[str, Any]) -> None:
+    def setup(self, config: dict[str, Any], **params: Any) -> None:
         self.steps = 0
 
     def step(self) -> dict[str, Any]:
@@ -62,5 +62,6 @@ class Stepper(tune.Trainable):
     def save_checkpoint(self, checkpoint_dir: str) -> None:
         Path(checkpoint_dir, "steps").write_text(str(self.steps))
 
-    def load_checkpoint(self, checkpoint_dir: str) -> None:
+    def load_checkpoint(self, checkpoint_dir: dict[str, Any] | str | None) -> None:
+        assert isinstance(checkpoint_dir, str)  # save_checkpoint wrote files, returned None
         self.steps = int(Path(checkpoint_dir, "steps").read_text())

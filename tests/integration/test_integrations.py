@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import tunefleet as tune
+from tests.helpers.results import metrics_of
 
 
 def _fit(trainable: Any, space: dict[str, Any], storage: str, **run: Any) -> tune.ResultGrid:
@@ -84,7 +85,7 @@ def test_xgboost_reports_each_round_and_checkpoints_a_booster_that_reloads(stora
         booster = TuneReportCheckpointCallback.get_model(result.checkpoint)
         predicted = booster.predict(xgb.DMatrix(x[150:]))
         np.testing.assert_allclose(predicted, np.load(Path(result.path) / "pred.npy"))
-        assert _logloss(y[150:], predicted) == pytest.approx(result.metrics["loss"], rel=1e-5)
+        assert _logloss(y[150:], predicted) == pytest.approx(metrics_of(result)["loss"], rel=1e-5)
 
 
 def test_xgboost_bad_arguments_name_the_value_and_the_rule() -> None:
@@ -155,7 +156,7 @@ def test_lightgbm_reports_each_round_and_checkpoints_a_booster_that_reloads(stor
         booster = TuneReportCheckpointCallback.get_model(result.checkpoint)
         predicted = booster.predict(x[150:])
         np.testing.assert_allclose(predicted, np.load(Path(result.path) / "pred.npy"))
-        assert _logloss(y[150:], predicted) == pytest.approx(result.metrics["loss"], rel=1e-5)
+        assert _logloss(y[150:], predicted) == pytest.approx(metrics_of(result)["loss"], rel=1e-5)
 
 
 # -- PyTorch Lightning --------------------------------------------------------------------------
@@ -167,7 +168,7 @@ def lightning_trainable(config: dict[str, Any]) -> None:
 
     from tunefleet.integration.lightning import TuneReportCheckpointCallback
 
-    class Net(pl.LightningModule):  # type: ignore[misc]
+    class Net(pl.LightningModule):
         def __init__(self) -> None:
             super().__init__()
             self.layer = torch.nn.Linear(4, 1)
@@ -306,7 +307,7 @@ def test_keras_reports_each_epoch_and_its_model_reloads(
     model = TuneReportCheckpointCallback.get_model(result.checkpoint)
     x, y = _keras_data()
     val_loss = model.evaluate(x[48:], y[48:], verbose=0)  # the validation split: the last 25%
-    assert val_loss == pytest.approx(result.metrics["loss"], rel=1e-4)
+    assert val_loss == pytest.approx(metrics_of(result)["loss"], rel=1e-4)
 
 
 # -- Hugging Face Transformers ------------------------------------------------------------------
@@ -324,7 +325,7 @@ def _tiny_bert() -> Any:
         num_attention_heads=2,
         intermediate_size=32,
         max_position_embeddings=16,
-        num_labels=2,
+        num_labels=2,  # type: ignore[call-arg]  # taken by its base class, not in the stub
     )
     return BertForSequenceClassification(config)
 
@@ -391,8 +392,8 @@ def test_huggingface_trainer_reports_evaluations_with_its_checkpoints(
     from transformers import BertForSequenceClassification
 
     model = BertForSequenceClassification.from_pretrained(result.checkpoint.path)
-    model.eval()
+    model.eval()  # type: ignore[no-untyped-call]
     batch = {k: torch.stack([torch.as_tensor(e[k]) for e in _examples()]) for k in _examples()[0]}
     with torch.no_grad():
         loss = float(model(**batch).loss)
-    assert loss == pytest.approx(result.metrics["eval_loss"], rel=1e-4)
+    assert loss == pytest.approx(metrics_of(result)["eval_loss"], rel=1e-4)

@@ -43,7 +43,7 @@ def records(path: Path) -> Iterator[Any]:
         parts.append(data[pos + 7 : pos + 7 + length])
         pos += 7 + length
         if kind in (1, 4):  # a full record, or the last piece of one
-            record = wandb_internal_pb2.Record()
+            record = wandb_internal_pb2.Record()  # type: ignore[attr-defined]  # generated
             record.ParseFromString(b"".join(parts))
             parts = []
             yield record

@@ -132,13 +132,15 @@ def test_a_pipe_gets_plain_lines_without_escapes(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_jupyter_gets_an_html_table_updated_in_place(tmp_path: Path) -> None:
     nbformat = pytest.importorskip("nbformat")
-    nbclient = pytest.importorskip("nbclient")
+    pytest.importorskip("nbclient")
+    from nbclient import NotebookClient
+
     nb = nbformat.v4.new_notebook()
     code = SCRIPT.replace("sys.argv[1]", repr(str(tmp_path / "r"))).replace("int(sys.argv[2])", "1")
     nb.cells.append(nbformat.v4.new_code_cell(code))
     seen: list[str] = []
 
-    class Recording(nbclient.NotebookClient):  # type: ignore[misc]
+    class Recording(NotebookClient):
         def process_message(self, msg: Any, cell: Any, cell_index: int) -> Any:
             seen.append(msg["msg_type"])
             return super().process_message(msg, cell, cell_index)

@@ -12,13 +12,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tunefleet as tune
+from tests.helpers.results import metrics_of
 from tests.schedulers.test_schedulers import Factory, Sim, make_trial, restored
 from tunefleet._metrics import dominates, non_dominated_sort
 from tunefleet.schedulers import ASHAScheduler, Decision
 from tunefleet.schedulers._pareto import ParetoRung, fronts
 from tunefleet.trial import PAUSED_BY_SCHEDULER, Trial, TrialStatus
 
-TWO = {"metric": ["loss", "latency"], "mode": ["min", "min"]}
+TWO: dict[str, Any] = {"metric": ["loss", "latency"], "mode": ["min", "min"]}
 
 
 def result(it: int, loss: float, latency: float) -> dict[str, Any]:
@@ -279,5 +280,5 @@ def test_two_objectives_end_to_end(tmp_path: Path) -> None:
     lengths = [len(r.metrics_dataframe) for r in grid]
     assert max(lengths) == 9 and min(lengths) < 9  # the first at every rung goes on
     front = grid.get_pareto_front()
-    last = {r.path: [-r.metrics["loss"], -r.metrics["latency"]] for r in grid}
+    last = {r.path: [-metrics_of(r)["loss"], -metrics_of(r)["latency"]] for r in grid}
     assert front and all(not any(dominates(p, last[r.path]) for p in last.values()) for r in front)

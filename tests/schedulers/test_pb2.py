@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 import tunefleet as tune
+from tests.helpers.results import metrics_of
 from tests.schedulers.test_pbt_synch import PopulationSim, check_population
 from tunefleet.backends.simulated import SimulatedTrainable
 from tunefleet.schedulers import PB2, Candidates, Decision, Exploit, pbt_schedule
@@ -306,7 +307,7 @@ def test_pb2_end_to_end_with_real_processes(storage: str) -> None:
         assert 0.0 <= e["data"]["new_config"]["x"] <= 1.0
         assert e["data"]["source"] != e["trial_id"]
     best = grid.get_best_result()
-    schedule = pbt_schedule(grid.experiment_path, best.metrics["trial_id"], "x")
+    schedule = pbt_schedule(grid.experiment_path, metrics_of(best)["trial_id"], "x")
     assert schedule[0]["from_iteration"] == 0 and schedule[-1]["to_iteration"] == 12
 
 
@@ -334,7 +335,7 @@ def test_pb2_improves_the_population_on_the_simulated_backend(tmp_path: Path, sy
     ).fit()
     assert grid.num_errors == 0 and len(grid) == 8
     # the rate of the configs that produced the last results, against the start's
-    final = [r.metrics["score"] / r.metrics["training_iteration"] for r in grid]
+    final = [metrics_of(r)["score"] / metrics_of(r)["training_iteration"] for r in grid]
     before = sum(rate(x) for x in start) / len(start)
     assert sum(final) / len(final) > before + 0.5, (before, final)
     assert max(final) > 0.95 > max(rate(x) for x in start)

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 import tunefleet as tune
+from tests.helpers.results import metrics_of
 from tunefleet.schedulers import Decision, Exploit, PopulationBasedTraining, pbt_schedule
 from tunefleet.schedulers._pbt import _from_list, _mutate
 from tunefleet.store import StoreReader
@@ -145,7 +146,7 @@ def test_pbt_end_to_end_with_real_pauses_and_lineage(storage: str) -> None:
             expected += sum(b["at_iteration"] - a["iteration"] for a, b in itertools.pairwise(mine))
             assert len(reader.results(tid)) == expected, (tid, mine)
     best = grid.get_best_result()
-    schedule = pbt_schedule(grid.experiment_path, best.metrics["trial_id"], "lr")
+    schedule = pbt_schedule(grid.experiment_path, metrics_of(best)["trial_id"], "lr")
     assert schedule[0]["from_iteration"] == 0 and schedule[-1]["to_iteration"] == 18
     for a, b in itertools.pairwise(schedule):
         assert a["to_iteration"] == b["from_iteration"]  # contiguous

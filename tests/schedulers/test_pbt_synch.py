@@ -22,6 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tunefleet as tune
+from tests.helpers.results import metrics_of
 from tunefleet.schedulers import (
     Candidates,
     Decision,
@@ -397,7 +398,7 @@ def test_synch_pbt_end_to_end_waits_at_each_boundary(storage: str) -> None:
     for tid, rows in results.items():  # 10 iterations each, rewound copies excepted
         assert rows[-1]["training_iteration"] == 10, tid
     best = grid.get_best_result()
-    schedule = pbt_schedule(grid.experiment_path, best.metrics["trial_id"], "lr")
+    schedule = pbt_schedule(grid.experiment_path, metrics_of(best)["trial_id"], "lr")
     assert schedule[0]["from_iteration"] == 0 and schedule[-1]["to_iteration"] == 10
     for a, b in itertools.pairwise(schedule):
         assert a["to_iteration"] == b["from_iteration"] and a["to_iteration"] % 3 == 0

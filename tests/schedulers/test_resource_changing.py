@@ -46,6 +46,12 @@ def cluster(capacity: dict[str, float], *running: Trial) -> Cluster:
     return Cluster(capacity, {t.trial_id: t for t in running}, BASE)
 
 
+def cpus(allocation: dict[str, float] | None) -> float:
+    """The CPUs an allocation function gave (None would keep the trial's resources)."""
+    assert allocation is not None
+    return allocation["cpu"]
+
+
 def test_distribute_resources_shares_spare_cpus_evenly() -> None:
     fn = DistributeResources()
     a, b = trial(0), trial(1)
@@ -54,9 +60,9 @@ def test_distribute_resources_shares_spare_cpus_evenly() -> None:
     assert fn(cluster({"cpu": 8}, a), a, {}, sched) == {"cpu": 8.0, "gpu": 0.0}
     assert fn(cluster({"cpu": 3}, a, b), a, {}, sched) == {"cpu": 1.0, "gpu": 0.0}  # 0.5 spare
     reserved = DistributeResources(reserve_resources={"cpu": 2})
-    assert reserved(cluster({"cpu": 8}, a, b), a, {}, sched)["cpu"] == 3.0
+    assert cpus(reserved(cluster({"cpu": 8}, a, b), a, {}, sched)) == 3.0
     capped = DistributeResources(increase_by={"cpu": 2}, increase_by_times=1)
-    assert capped(cluster({"cpu": 16}, a), a, {}, sched)["cpu"] == 3.0
+    assert cpus(capped(cluster({"cpu": 16}, a), a, {}, sched)) == 3.0
 
 
 def test_distribute_to_top_job_gives_the_spare_to_the_best() -> None:
@@ -64,8 +70,8 @@ def test_distribute_to_top_job_gives_the_spare_to_the_best() -> None:
     good, bad = trial(0, loss=0.1), trial(1, loss=0.9, cpu=3.0)
     c = cluster({"cpu": 6}, good, bad)
     sched = FIFOScheduler()
-    assert fn(c, good, {}, sched)["cpu"] == 5.0  # 6 - the other's base
-    assert fn(c, bad, {}, sched)["cpu"] == 1.0
+    assert cpus(fn(c, good, {}, sched)) == 5.0  # 6 - the other's base
+    assert cpus(fn(c, bad, {}, sched)) == 1.0
 
 
 @pytest.mark.parametrize(

@@ -10,8 +10,15 @@ from typing import Any
 import pytest
 
 import tunefleet as tune
+from tests.helpers.results import metrics_of
 from tests.helpers.resume_trainables import counting
-from tunefleet.schedulers import ASHAScheduler, Decision, HyperBandScheduler, TrialScheduler
+from tunefleet.schedulers import (
+    ASHAScheduler,
+    Candidates,
+    Decision,
+    HyperBandScheduler,
+    TrialScheduler,
+)
 from tunefleet.store import StoreReader
 from tunefleet.trial import Trial, TrialStatus
 
@@ -58,7 +65,7 @@ class PauseForever(TrialScheduler):
     def on_trial_result(self, trial: Trial, result: dict[str, Any]) -> Decision:
         return Decision.PAUSE if result["training_iteration"] == 2 else Decision.CONTINUE
 
-    def choose_trial_to_run(self, candidates: Sequence[Trial]) -> Trial | None:
+    def choose_trial_to_run(self, candidates: Candidates | Sequence[Trial]) -> Trial | None:
         return next((t for t in candidates if t.status is TrialStatus.PENDING), None)
 
 
@@ -79,7 +86,7 @@ def test_paused_trials_the_scheduler_never_resumes_end_instead_of_hanging(storag
 class ResettableCounter(tune.Trainable):
     """Counts up by `rate`; `reset_config` lets a reused worker take another trial."""
 
-    def setup(self, config: dict[str, Any]) -> None:
+    def setup(self, config: dict[str, Any], **params: Any) -> None:
         self.value = 0
         self.rate = config["rate"]
         self.setups = getattr(self, "setups", 0) + 1
@@ -122,7 +129,7 @@ def test_reused_workers_reset_config_with_a_pausing_scheduler(storage: str) -> N
         ),
     ).fit()
     assert grid.num_errors == 0 and len(grid) == len(rates)
-    pids = set()
+    pids: set[int] = set()
     for result in grid:
         df = result.metrics_dataframe
         rate = result.config["rate"]
@@ -130,6 +137,6 @@ def test_reused_workers_reset_config_with_a_pausing_scheduler(storage: str) -> N
         assert list(df["value"]) == [rate * i for i in df["training_iteration"]], df
         pids.update(df["pid"])
     assert len(pids) == 1  # one worker ran every trial and every resume
-    assert max(grid[i].metrics["resets"] for i in range(len(grid))) >= 1
+    assert max(metrics_of(grid[i])["resets"] for i in range(len(grid))) >= 1
     best = grid.get_best_result()
-    assert best.config["rate"] == 5 and best.metrics["training_iteration"] == 9
+    assert best.config["rate"] == 5 and metrics_of(best)["training_iteration"] == 9

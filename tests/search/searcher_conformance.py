@@ -20,9 +20,10 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import tunefleet as tune
+from tests.helpers.results import metrics_of
 from tunefleet.search import Searcher
 from tunefleet.space import Categorical, Domain, Float, Integer
 
@@ -42,13 +43,14 @@ MIXED_SPACE: dict[str, Any] = {
 def objective(config: dict[str, Any]) -> float:
     """A smooth function of the mixed space (lower is better)."""
     act = {"relu": 0.0, "tanh": 0.1, 3: 0.2, None: 0.3}[config["act"]]
-    return (
+    loss: float = (
         (math.log10(config["lr"]) + 3) ** 2
         + (config["dropout"] - 0.2) ** 2
         + abs(config["layers"] - 3) * 0.1
         + act
         + abs(config["units"] - 128) / 256
     )
+    return loss
 
 
 def check_value(domain: Domain, value: Any, where: str) -> None:
@@ -83,7 +85,10 @@ def check_config(space: dict[str, Any], config: dict[str, Any], path: str = "") 
         assert math.isclose(config["double_lr"], 2 * config["lr"])
 
 
-def make(factory: Callable[[], Searcher], space: dict[str, Any]) -> Searcher:
+S = TypeVar("S", bound=Searcher)
+
+
+def make(factory: Callable[[], S], space: dict[str, Any]) -> S:
     searcher = factory()
     assert searcher.set_search_properties("loss", "min", space, num_samples=-1)
     return searcher
@@ -125,9 +130,9 @@ def check_conformance(
     # a batch asked before any result: no duplicates
     pending = [searcher.suggest(f"b{i}") for i in range(batch)]
     assert all(isinstance(c, dict) for c in pending), pending
-    for config in pending:
-        assert isinstance(config, dict)
-        check_config(space, config)
+    for suggested in pending:
+        assert isinstance(suggested, dict)
+        check_config(space, suggested)
     keys = [_key(c) for c in pending if isinstance(c, dict)]
     assert len(set(keys)) == len(keys), f"duplicate suggestions in a batch: {keys}"
     for i in range(batch):
@@ -162,4 +167,4 @@ def bowl_losses(search: Searcher, num_samples: int, storage: str) -> list[float]
         run_config=tune.RunConfig(storage_path=storage, verbose=0),
     ).fit()
     assert len(grid) == num_samples and grid.num_errors == 0
-    return [r.metrics["loss"] for r in sorted(grid, key=lambda r: r.metrics["trial_id"])]
+    return [metrics_of(r)["loss"] for r in sorted(grid, key=lambda r: metrics_of(r)["trial_id"])]

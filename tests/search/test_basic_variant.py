@@ -15,7 +15,7 @@ from tunefleet.space import SearchSpaceError
 
 
 def drain(gen: BasicVariantGenerator, limit: int = 1000) -> list[dict[str, Any]]:
-    out = []
+    out: list[dict[str, Any]] = []
     for i in range(limit):
         config = gen.suggest(f"t{i}")
         if config == FINISHED:

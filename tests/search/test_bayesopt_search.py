@@ -112,7 +112,8 @@ def test_gp_suggestions_keep_exact_types() -> None:
     search = make(space, random_search_steps=5)
 
     def loss(c: dict[str, Any]) -> float:
-        return (math.log10(c["lu"]) + 2) ** 2 + c["qu"] + abs(c["qlri"] - 64) / 64
+        value: float = (math.log10(c["lu"]) + 2) ** 2 + c["qu"] + abs(c["qlri"] - 64) / 64
+        return value
 
     for config in run(search, 8, loss):
         for key, domain in space.items():
@@ -190,7 +191,9 @@ def test_bad_points_are_refused(point: dict[str, Any], message: str) -> None:
 def test_evaluated_rewards_are_told_not_run() -> None:
     points = [{"x": 2}, {"x": 7}]
     search = make({"x": tune.randint(0, 10)}, points_to_evaluate=points, evaluated_rewards=[3, 1])
-    assert [t.value for t in search._study.trials] == [3.0, 1.0]
+    study = search._study
+    assert study is not None
+    assert [t.value for t in study.trials] == [3.0, 1.0]
     assert search.suggest("a") not in points
 
 
@@ -216,7 +219,9 @@ def test_failures_and_constraints_reach_the_model() -> None:
     search.on_trial_complete("t3", None, error=True)
     search.on_trial_complete("t4", {"loss": 0.3, "c": -0.2})
     search.on_trial_complete("unknown", {"loss": 0.0})
-    states = [(t.state.name, t.value, t.constraints) for t in search._study.trials]
+    study = search._study
+    assert study is not None
+    states = [(t.state.name, t.value, t.constraints) for t in study.trials]
     assert states == [
         ("COMPLETE", 1.0, {"c": -1.0}),
         ("COMPLETE", 0.5, {"c": 0.5}),

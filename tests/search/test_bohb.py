@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 import tunefleet as tune
+from tests.helpers.results import metrics_of
 from tests.search.searcher_conformance import check_conformance
 from tunefleet.schedulers import HyperBandForBOHB
 from tunefleet.search import BasicVariantGenerator, TuneBOHB
@@ -309,6 +310,6 @@ def test_restore_loads_the_observations_into_the_new_searcher(storage: str) -> N
         ),
     ).fit()
     assert len(grid) == 14 and grid.num_errors == 0
-    old_ids = {r.metrics["trial_id"] for r in first}
+    old_ids = {metrics_of(r)["trial_id"] for r in first}
     assert old_ids <= set(again._trials)  # what the first run learnt is kept
     assert again._seed == 0  # the saved seed, not the new searcher's

@@ -158,7 +158,7 @@ def test_points_to_evaluate_run_first_with_exact_values() -> None:
         {"opt/name": "sgd", "opt/lr": 0.25},  # flat keys
     ]
     search = make(NESTED, points_to_evaluate=points)
-    first = [search.suggest(f"p{i}") for i in range(4)]
+    first: list[Any] = [search.suggest(f"p{i}") for i in range(4)]
     assert first[0] == {
         "opt": {"name": "adam", "beta": 0.9, "inner": {"k": 2}},
         "seed": 3,

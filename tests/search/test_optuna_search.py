@@ -13,6 +13,7 @@ import optuna
 import pytest
 
 import tunefleet as tune
+from tests.helpers.results import metrics_of
 from tests.search.searcher_conformance import MIXED_SPACE, check_conformance, drive, make
 from tunefleet.search import OptunaSearch
 from tunefleet.space._domains import _float_times
@@ -80,7 +81,7 @@ def test_cmaes_optimizer_is_saved_as_data_and_restored_exactly() -> None:
 
 def test_exact_types_log_quantization_and_categories_by_index() -> None:
     sub = {"k": 1}
-    space = {
+    space: dict[str, Any] = {
         "qlog": tune.qloguniform(1e-3, 1.0, 1e-3),
         "qlogint": tune.qlograndint(8, 512, 8),
         "cats": tune.choice([None, "a", 3, 3.0, True, sub]),
@@ -222,7 +223,7 @@ def test_objectives_are_checked() -> None:
 
 
 def test_points_to_evaluate_come_first_partial_points_are_completed() -> None:
-    points = [
+    points: list[dict[str, Any]] = [
         {"lr": 0.01, "act": None, "nested": {"momentum": 0.6}},
         {"units": 64, "nested/momentum": 0.7},
     ]
@@ -385,7 +386,7 @@ def test_tuner_search_improves_over_its_first_trials(storage: str) -> None:
         run_config=tune.RunConfig(storage_path=storage, verbose=0),
     ).fit()
     assert grid.num_errors == 0 and len(grid) == 30
-    losses = [r.metrics["loss"] for r in sorted(grid, key=lambda r: r.metrics["trial_id"])]
+    losses = [metrics_of(r)["loss"] for r in sorted(grid, key=lambda r: metrics_of(r)["trial_id"])]
     first, last = losses[:10], losses[-10:]  # the first ten are TPE's random start
     assert statistics.median(last) < statistics.median(first), (first, last)
 
@@ -409,7 +410,7 @@ def test_tuner_with_two_objectives_finds_a_pareto_front(storage: str) -> None:
     ).fit()
     front = grid.get_pareto_front()
     assert grid.num_errors == 0 and front
-    best_loss = min(grid, key=lambda r: r.metrics["loss"])
+    best_loss = min(grid, key=lambda r: metrics_of(r)["loss"])
     assert best_loss.config in [r.config for r in front]
 
 

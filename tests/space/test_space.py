@@ -61,7 +61,9 @@ def test_uniform_in_bounds_and_float(lower: float, width: float, seed: int) -> N
 
 @fast
 @given(st.floats(-1e3, 1e3), st.floats(0, 1e3), QS, SEEDS)
-def test_quniform_multiples_of_q_inside_bounds(lower: float, width: float, q: float, seed: int):
+def test_quniform_multiples_of_q_inside_bounds(
+    lower: float, width: float, q: float, seed: int
+) -> None:
     upper = lower + width
     try:
         domain = tune.quniform(lower, upper, q)
@@ -83,7 +85,9 @@ def test_loguniform_in_bounds(lower: float, factor: float, seed: int, base: floa
 
 @fast
 @given(st.floats(1e-3, 1e2), st.floats(1.0, 1e3), QS, SEEDS)
-def test_qloguniform_multiples_inside_bounds(lower: float, factor: float, q: float, seed: int):
+def test_qloguniform_multiples_inside_bounds(
+    lower: float, factor: float, q: float, seed: int
+) -> None:
     upper = lower * factor
     try:
         domain = tune.qloguniform(lower, upper, q)
@@ -200,7 +204,7 @@ INVALID: list[tuple[Callable[[], Any], str]] = [
     (lambda: tune.uniform(1, 1), "uniform lower=1 must be < upper=1"),
     (lambda: tune.uniform(math.nan, 1), "uniform lower=nan must be finite"),
     (lambda: tune.uniform(0, math.inf), "uniform upper=inf must be finite"),
-    (lambda: tune.uniform("0", 1), "uniform lower='0' must be a number"),
+    (lambda: tune.uniform("0", 1), "uniform lower='0' must be a number"),  # type: ignore[arg-type]
     (lambda: tune.loguniform(0.0, 1), "loguniform lower=0.0 must be > 0 (log scale)"),
     (lambda: tune.loguniform(-1, 1), "loguniform lower=-1 must be > 0 (log scale)"),
     (lambda: tune.loguniform(1, 10, base=1), "loguniform base=1 must be > 0 and != 1"),
@@ -210,8 +214,8 @@ INVALID: list[tuple[Callable[[], Any], str]] = [
     (lambda: tune.quniform(0.1, 0.2, 1), "holds no multiple of q=1"),
     (lambda: tune.qloguniform(0, 1, 0.1), "qloguniform lower=0 must be > 0 (log scale)"),
     (lambda: tune.randint(3, 3), "randint lower=3 must be < upper=3 (upper is exclusive)"),
-    (lambda: tune.randint(1.5, 3), "randint lower=1.5 must be an integer"),
-    (lambda: tune.randint(0, math.nan), "randint upper=nan must be finite"),
+    (lambda: tune.randint(1.5, 3), "randint lower=1.5 must be an integer"),  # type: ignore[arg-type]
+    (lambda: tune.randint(0, math.nan), "randint upper=nan must be finite"),  # type: ignore[arg-type]
     (lambda: tune.qrandint(5, 4), "qrandint lower=5 must be <= upper=4 (upper is inclusive)"),
     (lambda: tune.qrandint(0, 10, 0), "qrandint q=0 must be > 0"),
     (lambda: tune.qrandint(1, 2, 5), "holds no multiple of q=5"),
@@ -223,7 +227,7 @@ INVALID: list[tuple[Callable[[], Any], str]] = [
     (lambda: tune.qrandn(0, 1, 0), "qrandn q=0 must be > 0"),
     (lambda: tune.choice([]), "choice categories=[] must not be empty"),
     (lambda: tune.choice("abc"), "must be a list, not str"),
-    (lambda: tune.sample_from(5), "sample_from func=5 must be callable"),
+    (lambda: tune.sample_from(5), "sample_from func=5 must be callable"),  # type: ignore[arg-type]
     (lambda: tune.sample_from(lambda a, b: a), "must take one argument (spec) or none"),
     (lambda: tune.grid_search([]), "grid_search values=[] must not be empty"),
     (lambda: tune.grid_search("ab"), "grid_search values='ab' must be a list"),
@@ -475,7 +479,7 @@ def test_nested_choice_resolves_the_chosen_sub_space() -> None:
 
 
 def test_resolve_builds_fresh_containers() -> None:
-    space = {"const": {"list": [1, 2]}, "x": tune.uniform(0, 1)}
+    space: dict[str, Any] = {"const": {"list": [1, 2]}, "x": tune.uniform(0, 1)}
     config = resolve(space, random.Random(0))
     config["const"]["list"].append(3)
     assert space["const"]["list"] == [1, 2]
