@@ -559,7 +559,7 @@ def test_records_of_child_loggers_are_redacted_for_the_users_handlers() -> None:
     root = logging.getLogger()
     root.addHandler(handler)
     try:
-        for name in ("tunefleet.search._optuna", "tunefleet.stoppers"):
+        for name in ("tunefleet.search._optuna", "tunefleet.stoppers._plateau"):
             logging.getLogger(name).warning("cannot reach postgresql://bob:hunter2@db/prod")
     finally:
         root.removeHandler(handler)
