@@ -30,6 +30,7 @@ class StopCause(str, enum.Enum):
     DRIVER_ERROR = "error in the driver"
     FAIL_FAST = "fail_fast: a trial failed"
     STOPPER = "stopper ended the experiment"  # Stopper.stop_all()
+    SCHEDULER = "scheduler"  # its scheduler stopped it; stored with a detail (`with_detail`)
 
     @property
     def message(self) -> str:
@@ -38,6 +39,21 @@ class StopCause(str, enum.Enum):
 
     def __str__(self) -> str:
         return self.value
+
+    def with_detail(self, detail: str) -> str:
+        """The text of this cause with a detail, e.g. ``"scheduler (ASHAScheduler)"``."""
+        return f"{self.value} ({detail})"
+
+    @classmethod
+    def cause_of(cls, reason: str | None) -> StopCause | None:
+        """The cause a reason states, with or without a detail (`with_detail`), else None."""
+        if reason is None or isinstance(reason, StopCause):
+            return reason
+        head = reason[: reason.index(" (")] if reason.endswith(")") and " (" in reason else reason
+        try:
+            return cls(head)
+        except ValueError:
+            return None
 
     @classmethod
     def of(cls, reason: str | None) -> StopCause | str | None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from tunefleet._metrics import as_number, flatten, metric_value
-from tunefleet.trial import Trial, TrialStatus
+from tunefleet.trial import StopCause, Trial, TrialStatus
 
 _RUNNING = frozenset({TrialStatus.PENDING, TrialStatus.RUNNING, TrialStatus.PAUSED})
 
@@ -137,7 +137,8 @@ def _outcome(trial: Trial | None, *, up: bool, waiting: bool, longest: int) -> s
         return "running"
     if trial.status is TrialStatus.ERROR:
         return "error"
-    if (trial.stop_reason or "").startswith("scheduler") and trial.iteration < longest:
+    stopped_by_scheduler = StopCause.cause_of(trial.stop_reason) is StopCause.SCHEDULER
+    if stopped_by_scheduler and trial.iteration < longest:
         return "stopped"
     return "done"
 

@@ -350,7 +350,7 @@ class Controller:
         """The scheduler's decision; an `Exploit` or `Resize` is a PAUSE, carried out on pause."""
         decision = self._plans.decide(trial, self.scheduler.on_trial_result(trial, result))
         if decision is not Decision.CONTINUE:
-            trial.stop_reason = f"scheduler ({type(self.scheduler).__name__})"
+            trial.stop_reason = StopCause.SCHEDULER.with_detail(type(self.scheduler).__name__)
         return decision
 
     def _exploit(self, trial: Trial, exploit: Exploit) -> None:
