@@ -345,6 +345,15 @@ def test_no_import_circle() -> None:
     assert circles == [], "\n".join(described)
 
 
+# STYLE.md: modules stay near Optuna's size; past this a module holds more than one job.
+MAX_LINES = 520
+
+
+def test_no_module_is_long() -> None:
+    long = {m: n for m, p in MODULES.items() if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert long == {}, f"split these modules by job: {long}"
+
+
 def test_every_module_has_a_layer() -> None:
     unplaced = sorted(m for m in MODULES if _layer(m) is None)
     assert unplaced == [], f"place these modules in a layer of LAYERS: {unplaced}"
