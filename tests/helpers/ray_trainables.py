@@ -69,16 +69,29 @@ def climbing(config: dict[str, Any]) -> None:
 
 
 def sees_gpus(config: dict[str, Any]) -> None:
-    """Waits 1 s, then reports the GPU ids it was given and CUDA_VISIBLE_DEVICES."""
+    """Reports the GPU ids it was given and CUDA_VISIBLE_DEVICES.
+
+    With ``config["meet"]`` (a folder), it first waits there for ``config["meet_n"]``
+    trials to have started (an event, at most 120 s: "met" says whether they did), so
+    trials that run at the same time prove it without a timing; otherwise it waits 1 s.
+    """
     start = time.time()
-    time.sleep(1.0)
+    met = False
+    if meet := config.get("meet"):
+        Path(meet, str(config["x"])).touch()
+        deadline = time.monotonic() + 120
+        while not (met := len(os.listdir(meet)) >= config["meet_n"]):
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.02)
+    else:
+        time.sleep(1.0)
     resources: dict[str, Any] = tune.get_context().get_trial_resources()  # "gpu_ids" a list
     gpu_ids: list[str] = resources.get("gpu_ids", [])
     visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
-    tune.report({"gpu_ids": ",".join(gpu_ids), "visible": visible, "start": start})
-    tune.report(
-        {"gpu_ids": ",".join(gpu_ids), "visible": visible, "start": start, "end": time.time()}
-    )
+    report = {"gpu_ids": ",".join(gpu_ids), "visible": visible, "start": start, "met": met}
+    tune.report(report)
+    tune.report({**report, "end": time.time()})
 
 
 def crashes(config: dict[str, Any]) -> None:

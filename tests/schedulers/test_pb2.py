@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import random
 import subprocess
 import sys
@@ -278,7 +279,12 @@ def test_synchronous_state_round_trip_gives_identical_decisions() -> None:
 
 # -- end to end ---------------------------------------------------------------------------------
 def growing(config: dict[str, Any]) -> None:
-    """A trainable whose score grows by rate(x) per iteration, checkpointed each one."""
+    """A trainable whose score grows by rate(x) per iteration, checkpointed each one.
+
+    After its first report, a first attempt waits (an event, at most 120 s) until every
+    trial of the population has reported once, so the whole population is known to the
+    scheduler at the first perturbation, however busy the machine.
+    """
     score, start = 0.0, 0
     if (ckpt := tune.get_checkpoint()) is not None:
         with ckpt.as_directory() as d:
@@ -288,12 +294,23 @@ def growing(config: dict[str, Any]) -> None:
         with tempfile.TemporaryDirectory() as d:
             Path(d, "s.json").write_text(json.dumps([score, it]))
             tune.report({"score": score}, checkpoint=tune.Checkpoint.from_directory(d))
+        if it == 1 and (meet := config.get("meet")):
+            Path(meet, str(config["x"])).touch()
+            deadline = time.monotonic() + 120
+            while len(os.listdir(meet)) < config["population"] and time.monotonic() < deadline:
+                time.sleep(0.02)
 
 
-def test_pb2_end_to_end_with_real_processes(storage: str) -> None:
+def test_pb2_end_to_end_with_real_processes(storage: str, tmp_path: Path) -> None:
+    meet = tmp_path / "meet"
+    meet.mkdir()
     grid = tune.Tuner(
-        growing,
-        param_space={"x": tune.grid_search([0.0, 0.1, 0.3, 0.5])},
+        tune.with_resources(growing, {"cpu": 0.5}),  # all four at once
+        param_space={
+            "x": tune.grid_search([0.0, 0.1, 0.3, 0.5]),
+            "meet": str(meet),
+            "population": 4,
+        },
         tune_config=tune.TuneConfig(
             metric="score", mode="max", scheduler=pb2(perturbation_interval=3)
         ),
