@@ -244,15 +244,14 @@ def run(method: str, seed: int, num_to_keep: int | None = None) -> dict[str, Any
         token = Lineage.token(best.config)
         curve = [lineage.state(token, b) for b in range(1, ITERATIONS + 1)]
         schedules = {
-            r.metrics["trial_id"]: schedule_of(grid.experiment_path, r, scheduler is not None)
-            for r in grid
+            r.trial_id: schedule_of(grid.experiment_path, r, scheduler is not None) for r in grid
         }
-        segments = schedules[best.metrics["trial_id"]]
+        segments = schedules[best.trial_id]
         # Every trial's schedule as the store records it (pbt_schedule), replayed, must give
         # the blackbox's state: a check of the lineage tokens and of the exploit records.
         consistent = all(
             math.isclose(
-                replay(schedules[r.metrics["trial_id"]]),
+                replay(schedules[r.trial_id]),
                 lineage.state(Lineage.token(r.config), ITERATIONS),
                 rel_tol=1e-9,
             )

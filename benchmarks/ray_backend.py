@@ -80,7 +80,7 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
     wall = time.time() - t_setup
     shutil.rmtree(storage, ignore_errors=True)
     errors = [r.error for r in grid if r.error is not None]
-    recorded = sum(int(r.metrics.get("training_iteration", 0)) for r in grid)
+    recorded = sum(int((r.metrics or {}).get("training_iteration", 0)) for r in grid)
     return {
         "framework": f"tunefleet ({args.backend})",
         "version": tune.__version__,

@@ -77,7 +77,7 @@ def run(scheduler: Any, args: argparse.Namespace, label: str) -> dict[str, Any]:
             key=lambda r: r["since_start"],
         )
     hit = next((i for i, r in enumerate(results) if r["loss"] <= args.target), None)
-    early = sum(1 for r in grid if r.metrics["training_iteration"] < MAX_EPOCHS)
+    early = sum(1 for r in grid if (r.metrics or {})["training_iteration"] < MAX_EPOCHS)
     return {
         "label": label,
         "seconds_to_target": None if hit is None else results[hit]["since_start"],
@@ -86,7 +86,7 @@ def run(scheduler: Any, args: argparse.Namespace, label: str) -> dict[str, Any]:
         "total_epochs": len(results),
         "stopped_early": early,
         "trials": len(grid),
-        "best_loss": grid.get_best_result(scope="all").metrics["loss"],
+        "best_loss": (grid.get_best_result(scope="all").metrics or {})["loss"],
     }
 
 

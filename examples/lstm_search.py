@@ -112,14 +112,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     results = tuner.fit()
 
     print(f"\nSearch: {args.search}, scheduler: {args.scheduler}, {len(results)} trials")
-    ran = {r.trial_id: int(r.metrics.get("training_iteration", 0)) for r in results}
+    ran = {r.trial_id: int((r.metrics or {}).get("training_iteration", 0)) for r in results}
     early = sorted(t for t, n in ran.items() if n < epochs)
-    for r in sorted(results, key=lambda r: r.metrics.get("val_loss", math.inf)):
-        c = r.config
+    for r in sorted(results, key=lambda r: (r.metrics or {}).get("val_loss", math.inf)):
+        c, m = r.config, r.metrics or {}
         print(
             f"  {r.trial_id}: lr={c['lr']:.4f} hidden={c['hidden']} layers={c['layers']} "
             f"dropout={c['dropout']:.2f} -> {ran[r.trial_id]:>2} epochs, "
-            f"last val_rmse {r.metrics.get('val_rmse', math.nan):6.2f}"
+            f"last val_rmse {m.get('val_rmse', math.nan):6.2f}"
         )
     print(f"Stopped early: {len(early)} of {len(results)} trials (by ASHA or the plateau stopper)")
 

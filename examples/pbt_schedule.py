@@ -110,8 +110,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ).fit()
 
     best = grid.get_best_result()
+    best_loss = float((best.metrics or {})["loss"])  # the best trial has reported
     schedule = pbt_schedule(grid.experiment_path, best.trial_id, "lr")
-    print(f"Best trial {best.trial_id}: loss {best.metrics['loss']:.3e}, its schedule:")
+    print(f"Best trial {best.trial_id}: loss {best_loss:.3e}, its schedule:")
     for seg in schedule:
         print(
             f"  iterations {seg['from_iteration']:>2}-{seg['to_iteration']:>2}: "
@@ -122,10 +123,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     held = min(initial_lrs(grid.experiment_path), key=constant)
     print(
         f"Best initial lr held constant ({held:.4f}): loss {constant(held):.3e}, "
-        f"{constant(held) / best.metrics['loss']:.1f}x the PBT schedule's"
+        f"{constant(held) / best_loss:.1f}x the PBT schedule's"
     )
     return {
-        "best_loss": float(best.metrics["loss"]),
+        "best_loss": best_loss,
         "schedule": schedule,
         "replayed_loss": replayed,
         "best_constant_loss": constant(held),

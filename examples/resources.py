@@ -80,10 +80,10 @@ def pack_gpus(storage_path: str | None, seconds: float, simulated: bool) -> dict
         tune_config=tune.TuneConfig(metric="loss", mode="min"),
         run_config=tune.RunConfig(name="resources_gpu", storage_path=storage_path, verbose=0),
     ).fit()
-    t0 = min(r.metrics["start"] for r in grid)
+    t0 = min((r.metrics or {})["start"] for r in grid)
     per_device: dict[str, list[tuple[float, float]]] = {}
     for r in sorted(grid, key=lambda r: r.config["trial"]):
-        m = r.metrics
+        m = r.metrics or {}
         print(
             f"  trial {r.config['trial']}: gpu 0.5 on device {m['device']}, "
             f"ran {m['start'] - t0:4.1f}s -> {m['end'] - t0:4.1f}s"

@@ -97,12 +97,12 @@ def main() -> None:
         ),
         run_config=tune.RunConfig(storage_path=args.storage_path, verbose=1),
     ).fit()
-    front = sorted(grid.get_pareto_front(), key=lambda r: r.metrics["params"])
+    front = sorted(grid.get_pareto_front(), key=lambda r: (r.metrics or {})["params"])
     print(f"Pareto front ({len(front)} of {len(grid)} trials, feasible only):")
     for result in front:
-        opt = result.config["optimizer"]
+        opt, metrics = result.config["optimizer"], result.metrics or {}
         print(
-            f"  error {result.metrics['val_error']:.3f}  params {result.metrics['params']:>6}"
+            f"  error {metrics['val_error']:.3f}  params {metrics['params']:>6}"
             f"  hidden {result.config['hidden']:>4}  {opt['name']} lr={opt['lr']:.3g}"
         )
     infeasible = sum(r.feasible is False for r in grid)

@@ -147,14 +147,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     results = tuner.fit()
 
     for r in sorted(results, key=lambda r: r.trial_id):
-        m = r.metrics
+        m = r.metrics or {}  # None: the trial reported nothing
         resumed = f", resumed at epoch {m['resumed_from']}" if m.get("resumed_from") else ""
         print(
             f"  {r.trial_id}: lr={r.config['lr']} width={r.config['width']} -> "
             f"{m.get('epoch')} epochs, accuracy {m.get('accuracy', float('nan')):.3f}{resumed}"
         )
     best = results.get_best_result()
-    print(f"Best config: {best.config}, accuracy {best.metrics['accuracy']:.3f}")
+    best_metrics = best.metrics or {}  # the best trial has reported
+    print(f"Best config: {best.config}, accuracy {best_metrics['accuracy']:.3f}")
     print(f"Trials: {len(results)}, errors: {results.num_errors}")
     return {"experiment": experiment, "results": results}
 
