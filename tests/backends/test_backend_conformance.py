@@ -153,7 +153,7 @@ def kind(request: pytest.FixtureRequest) -> Iterator[Harness]:
     from tests.helpers.ray_trainables import shutdown_and_check
 
     before = {p.pid for p in psutil.Process().children(recursive=True)}
-    ray.init(num_cpus=CPUS, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=CPUS, include_dashboard=False, log_to_driver=False)
     yield harness
     shutdown_and_check(before)
 

@@ -121,7 +121,7 @@ def test_tunefleet_run_gives_each_script_its_share_of_a_gpu(tmp_path: Path) -> N
 @pytest.fixture(scope="module")
 def gpu_ray() -> Iterator[None]:
     ray = pytest.importorskip("ray")
-    ray.init(num_cpus=4, num_gpus=len(detect_gpus()), include_dashboard=False)
+    ray.init(address="local", num_cpus=4, num_gpus=len(detect_gpus()), include_dashboard=False)
     yield
     ray.shutdown()
 

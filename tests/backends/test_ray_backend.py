@@ -42,7 +42,7 @@ def _no_leftover_processes() -> Iterator[None]:
 @pytest.fixture(scope="module")
 def local_ray() -> Iterator[None]:
     before = {p.pid for p in psutil.Process().children(recursive=True)}
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield
     shutdown_and_check(before)
 

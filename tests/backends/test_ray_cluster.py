@@ -263,7 +263,7 @@ def test_rays_memory_monitor_kill_is_oom_for_that_trial_only(
     monkeypatch.setenv("RAY_memory_usage_threshold", f"{threshold:.3f}")
     monkeypatch.setenv("RAY_memory_monitor_refresh_ms", "100")
     before = {p.pid for p in psutil.Process().children(recursive=True)}
-    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)
     try:
         grid = run(hungry, {"x": tune.grid_search([1, 0]), "gb": 4}, storage)
         by_x = {r.config["x"]: r for r in grid}
@@ -279,7 +279,7 @@ def test_fractional_gpus_share_a_device_and_whole_ones_do_not(storage: str, tmp_
     """Ray hands out GPU ids (it needs no real GPU for that): two 0.5-GPU trials share
     one device at once, and each trial sees only its device in CUDA_VISIBLE_DEVICES."""
     before = {p.pid for p in psutil.Process().children(recursive=True)}
-    ray.init(num_cpus=2, num_gpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, num_gpus=2, include_dashboard=False, log_to_driver=False)
     try:
         half = tune.with_resources(sees_gpus, {"cpu": 0.5, "gpu": 0.5})
         meet = tmp_path / "meet"
@@ -301,7 +301,13 @@ def test_custom_resources_and_memory_are_ray_resources(storage: str) -> None:
     """One "accel" on the node: trials needing it run one after the other, while their
     CPUs and memory would let two run at once."""
     before = {p.pid for p in psutil.Process().children(recursive=True)}
-    ray.init(num_cpus=2, resources={"accel": 1}, include_dashboard=False, log_to_driver=False)
+    ray.init(
+        address="local",
+        num_cpus=2,
+        resources={"accel": 1},
+        include_dashboard=False,
+        log_to_driver=False,
+    )
     try:
         needs = tune.with_resources(sees_gpus, {"cpu": 0.5, "accel": 1, "memory": "50MB"})
         grid = run(needs, {"x": tune.grid_search([1, 2])}, storage)
