@@ -45,6 +45,7 @@ bench: $(BENCH_STAMP)
 	$(BIN)/python benchmarks/overhead.py
 	$(BIN)/python benchmarks/ray_backend.py
 	$(BIN)/python benchmarks/store_scaling.py
+	$(BIN)/python benchmarks/checkpoint_cost.py
 	$(BIN)/python benchmarks/chaos_resume.py
 
 bench-scale: $(BENCH_STAMP)

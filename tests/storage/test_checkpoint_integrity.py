@@ -115,31 +115,12 @@ def test_a_vanished_source_is_a_clear_error(tmp_path: Path) -> None:
         persist_checkpoint(ckpt.path, str(tmp_path / "trial"), 1)
 
 
-def test_persisting_100mb_costs_about_a_durable_copy(tmp_path: Path) -> None:
-    """Hashing overlaps the copy: not much slower than copying and fsyncing."""
+def test_a_100mb_checkpoint_persists_and_verifies(tmp_path: Path) -> None:
+    """What it costs against a plain durable copy: benchmarks/checkpoint_cost.py."""
     src = make_source(tmp_path / "src", {"model.pt": os.urandom(100 << 20)})
-
-    def durable_copy(dst: Path) -> None:
-        dst.mkdir()
-        with open(Path(src, "model.pt"), "rb") as fin, open(dst / "model.pt", "wb") as fout:
-            while chunk := fin.read(1 << 20):
-                fout.write(chunk)
-            fout.flush()
-            os.fsync(fout.fileno())
-
-    copy_s, persist_s = [], []
-    for i in range(2):
-        started = time.perf_counter()
-        durable_copy(tmp_path / f"copy{i}")
-        copy_s.append(time.perf_counter() - started)
-        started = time.perf_counter()
-        path = persist_checkpoint(src, str(tmp_path / "trial"), i + 1)
-        persist_s.append(time.perf_counter() - started)
-        ckpt_mod.delete_checkpoints([path])
-        (tmp_path / f"copy{i}" / "model.pt").unlink()
-    print(f"100 MB: copy+fsync {min(copy_s):.3f}s, persist_checkpoint {min(persist_s):.3f}s")
-    # generous: others load this machine; measured ~1.05x when idle
-    assert min(persist_s) < 3 * min(copy_s) + 0.5
+    path = persist_checkpoint(src, str(tmp_path / "trial"), 1)
+    assert verify_checkpoint(path) is None
+    assert Path(path, "model.pt").read_bytes() == Path(src, "model.pt").read_bytes()
 
 
 # -- verification and fallback --------------------------------------------------------------
