@@ -262,6 +262,12 @@ def _imports(module: str) -> set[str]:
                     f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else _owner(base)
                     for a in node.names
                 )
+    # Importing a.b.c runs a/__init__ and a/b/__init__ first: those are dependencies too,
+    # except the packages the importer itself lives in (already being imported).
+    own = {module.rsplit(".", n)[0] for n in range(module.count(".") + 1)}
+    for target in [m for m in found if m is not None]:
+        parts = target.split(".")
+        found.update(p for i in range(1, len(parts)) if (p := ".".join(parts[:i])) not in own)
     found.discard(None)
     found.discard(module)
     return {m for m in found if m is not None}

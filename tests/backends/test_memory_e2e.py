@@ -18,7 +18,7 @@ import pytest
 
 import tunefleet as tune
 from tests.helpers.results import metrics_of
-from tunefleet.backends import Failed, Finished, TrialLaunch
+from tunefleet.backends import Failed, Finished, TrialLaunch, _trial_memory
 from tunefleet.backends.local import LocalBackend, _memory, _memory_limits
 from tunefleet.store import StoreReader
 from tunefleet.trial import FailureRecord
@@ -402,8 +402,8 @@ def test_gpu_oom_is_classified_and_its_worker_replaced(storage: str) -> None:
 
 def test_real_torch_out_of_memory_error_is_recognised() -> None:
     torch = pytest.importorskip("torch")  # the real class, checked by name and module
-    assert _memory.is_gpu_oom(torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to ..."))
-    assert _memory.gpu_peak_memory() is None or torch.cuda.is_initialized()
+    assert _trial_memory.is_gpu_oom(torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to ..."))
+    assert _trial_memory.gpu_peak_memory() is None or torch.cuda.is_initialized()
 
 
 # -- records -----------------------------------------------------------------------------

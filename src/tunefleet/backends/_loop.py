@@ -26,6 +26,7 @@ from typing import Any
 
 from tunefleet import session as session_mod
 from tunefleet._redact import reveal, scrub_failure
+from tunefleet.backends import _trial_memory
 from tunefleet.backends._base import FinishHow, TrialLaunch
 from tunefleet.backends._protocol import (
     Decide,
@@ -40,7 +41,6 @@ from tunefleet.backends._protocol import (
     TrialResults,
     WorkerSetup,
 )
-from tunefleet.backends.local import _memory
 from tunefleet.session import StopTrial, TrialSession, TuneContext
 from tunefleet.trial import FailureKind, FailureRecord
 
@@ -141,8 +141,8 @@ class TrialLoop:
         )
         session_mod._set_session(session)
         outcome: TrialMessage
-        _memory.reset_peaks()
-        undo_limit = _memory.limit_address_space(start.rlimit_as)  # "rlimit" mechanism
+        _trial_memory.reset_peaks()
+        undo_limit = _trial_memory.limit_address_space(start.rlimit_as)  # "rlimit" mechanism
         try:
             if inspect.isclass(self._inner):
                 self._run_class(launch, session)
@@ -271,7 +271,7 @@ def _failure_from_exception(
         iteration=session.iteration,
         checkpoint=launch.checkpoint,
     )
-    _memory.memory_failure(exc, failure)  # OOM (MemoryError) or GPU_OOM, with the peak
+    _trial_memory.memory_failure(exc, failure)  # OOM (MemoryError) or GPU_OOM, with the peak
     return scrub_failure(failure, launch.config)  # the trial's secrets stay in its process
 
 

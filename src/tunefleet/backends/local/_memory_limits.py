@@ -14,6 +14,8 @@ import os
 import re
 import time
 
+from tunefleet.backends._files import read_text, write_text
+
 logger = logging.getLogger("tunefleet")
 
 MECHANISMS = ("cgroup2", "cgroup1", "rlimit", "watcher")
@@ -21,14 +23,6 @@ ENV_MECHANISM = "TUNEFLEET_MEMORY_MECHANISM"  # force one mechanism (tests, debu
 
 
 # -- cgroup files ------------------------------------------------------------------------
-def read_text(path: str) -> str | None:
-    try:
-        with open(path) as f:
-            return f.read()
-    except OSError:
-        return None
-
-
 def _read_int(path: str) -> int | None:
     text = read_text(path)
     if text is None or not text.strip() or text.strip() == "max":
@@ -43,11 +37,6 @@ def _field(path: str, key: str) -> int | None:
         if name == key:
             return int(value)
     return None
-
-
-def write_text(path: str, value: str) -> None:
-    with open(path, "w") as f:
-        f.write(value)
 
 
 def _rmdir(path: str) -> bool:
