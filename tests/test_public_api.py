@@ -77,3 +77,26 @@ def test_subpackages_export_their_names() -> None:
 
     assert {"FIFOScheduler", "TrialScheduler", "Decision"} <= set(schedulers.__all__)
     assert {"Searcher", "BasicVariantGenerator", "FINISHED"} <= set(search.__all__)
+
+
+def test_ray_tune_submodules_are_attributes_loaded_on_first_use() -> None:
+    # `from ray import tune` users write tune.search.X, tune.schedulers.X, ...
+    code = (
+        "import sys, tunefleet as tune; "
+        "before = 'tunefleet.search' in sys.modules or 'tunefleet.schedulers' in sys.modules; "
+        "names = [tune.search.BasicVariantGenerator, tune.schedulers.ASHAScheduler, "
+        "tune.stopper.MaximumIterationStopper, tune.logger.CSVLoggerCallback, "
+        "tune.callbacks.Callback, tune.stoppers.TimeoutStopper]; "
+        "print(before, all(n.__name__ for n in names), 'tunefleet.search' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "True", "True"]
+
+
+def test_an_unknown_attribute_is_still_an_attribute_error() -> None:
+    try:
+        tune.searchh  # noqa: B018
+    except AttributeError as exc:
+        assert "searchh" in str(exc)
+    else:
+        raise AssertionError("tune.searchh should not exist")

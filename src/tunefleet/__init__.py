@@ -56,12 +56,21 @@ _LAZY = {
 }
 
 
+# Ray Tune's sub-modules, reached as attributes (`tune.search.OptunaSearch`) as after
+# `from ray import tune`; each is imported on first use, so `import tunefleet` stays light.
+_SUBMODULES = frozenset(
+    {"search", "schedulers", "stopper", "stoppers", "logger", "callbacks", "integration"}
+)
+
+
 def __getattr__(name: str) -> Any:
+    import importlib
+
+    if name in _SUBMODULES:
+        return importlib.import_module(f"tunefleet.{name}")
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'tunefleet' has no attribute {name!r}")
-    import importlib
-
     return getattr(importlib.import_module(module), name)
 
 
