@@ -21,6 +21,7 @@ LAYERS: list[tuple[str, list[str]]] = [
         "foundation",
         [
             "tunefleet._version",
+            "tunefleet.result",
             "tunefleet._metrics",
             "tunefleet._redact",
             "tunefleet.trial",
@@ -110,6 +111,17 @@ PINNED_EXPORTS: dict[str, set[str]] = {
     "tunefleet.integration.xgboost": {"TuneReportCallback", "TuneReportCheckpointCallback"},
     "tunefleet.logger": {"CSVLoggerCallback", "JsonLoggerCallback", "TBXLoggerCallback"},
     "tunefleet.resources": {"PlacementGroupFactory"},
+    "tunefleet.result": {
+        "DONE",
+        "ITERATIONS_SINCE_RESTORE",
+        "PID",
+        "TIMESTAMP",
+        "TIME_SINCE_RESTORE",
+        "TIME_THIS_ITER_S",
+        "TIME_TOTAL_S",
+        "TRAINING_ITERATION",
+        "TRIAL_ID",
+    },
     "tunefleet.results": {"ExperimentAnalysis", "Result", "ResultGrid", "TrialError"},
     "tunefleet.schedulers": {
         "ASHAScheduler",

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
+from typing import Any
 
 import tunefleet as tune
 
@@ -100,3 +102,20 @@ def test_an_unknown_attribute_is_still_an_attribute_error() -> None:
         assert "searchh" in str(exc)
     else:
         raise AssertionError("tune.searchh should not exist")
+
+
+def test_ray_result_keys_name_what_every_result_holds(tmp_path: Path) -> None:
+    from tunefleet import result as keys
+
+    def train(config: dict[str, Any]) -> None:
+        tune.report({"loss": 1.0})
+
+    grid = tune.Tuner(
+        train,
+        run_config=tune.RunConfig(storage_path=str(tmp_path), verbose=0),
+    ).fit()
+    metrics = grid[0].metrics or {}
+    for name in keys.__all__:
+        assert getattr(keys, name) in metrics, name
+    assert metrics[keys.TRAINING_ITERATION] == 1
+    assert metrics[keys.DONE] is True  # the last result of a trial that finished, as in Ray

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from tunefleet import result as keys
 from tunefleet._metrics import python_scalars
 from tunefleet.storage.checkpoint import Checkpoint, checkpoint_dir_name, persist_checkpoint
 
@@ -128,15 +129,15 @@ class TrialSession:
         self._iterations_since_restore += 1
         # plain numbers for searchers and schedulers; the driver never unpickles a tensor
         result: dict[str, Any] = python_scalars(metrics)
-        result["training_iteration"] = self.iteration
-        result["time_this_iter_s"] = now - self._last_report
-        result["time_since_restore"] = now - self._start_perf
-        result["time_total_s"] = self._time_total_offset + (now - self._start_perf)
-        result["iterations_since_restore"] = self._iterations_since_restore
-        result["timestamp"] = int(self._start + (now - self._start_perf))
-        result["trial_id"] = self.context.trial_id
-        result["pid"] = self._pid
-        result.setdefault("done", False)
+        result[keys.TRAINING_ITERATION] = self.iteration
+        result[keys.TIME_THIS_ITER_S] = now - self._last_report
+        result[keys.TIME_SINCE_RESTORE] = now - self._start_perf
+        result[keys.TIME_TOTAL_S] = self._time_total_offset + (now - self._start_perf)
+        result[keys.ITERATIONS_SINCE_RESTORE] = self._iterations_since_restore
+        result[keys.TIMESTAMP] = int(self._start + (now - self._start_perf))
+        result[keys.TRIAL_ID] = self.context.trial_id
+        result[keys.PID] = self._pid
+        result.setdefault(keys.DONE, False)
         self._last_report = now
         if ckpt_path is not None:
             result["checkpoint_dir_name"] = checkpoint_dir_name(self.iteration)

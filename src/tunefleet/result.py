@@ -1,0 +1,31 @@
+"""Ray Tune's result keys (``ray.tune.result``): the names of what every result holds.
+
+    from tunefleet.result import TRAINING_ITERATION   # was: from ray.tune.result import ...
+
+    tuner = tune.Tuner(train, run_config=tune.RunConfig(stop={TRAINING_ITERATION: 10}))
+
+Only the keys tunefleet fills in or honours are here; each means what it means in Ray
+Tune. The trial's session sets them on every `report()` (see `session.py`).
+"""
+
+TRAINING_ITERATION = "training_iteration"  # reports so far, counting from a restore's
+TIME_THIS_ITER_S = "time_this_iter_s"  # seconds since the previous report
+TIME_TOTAL_S = "time_total_s"  # seconds of training, across restores
+TIME_SINCE_RESTORE = "time_since_restore"  # seconds since this attempt started
+ITERATIONS_SINCE_RESTORE = "iterations_since_restore"
+TIMESTAMP = "timestamp"  # seconds since the epoch, as an int
+TRIAL_ID = "trial_id"
+PID = "pid"  # the process the trial runs in
+DONE = "done"  # True: the trial is finished (a result may set it to end the trial)
+
+__all__ = [
+    "DONE",
+    "ITERATIONS_SINCE_RESTORE",
+    "PID",
+    "TIMESTAMP",
+    "TIME_SINCE_RESTORE",
+    "TIME_THIS_ITER_S",
+    "TIME_TOTAL_S",
+    "TRAINING_ITERATION",
+    "TRIAL_ID",
+]
