@@ -15,6 +15,7 @@ import psutil
 import pytest
 
 import tunefleet as tune
+from tests.helpers.processes import meeting
 from tests.helpers.results import metrics_of
 from tunefleet.trial import FailureKind
 
@@ -282,10 +283,7 @@ def test_fractional_gpus_share_a_device_and_whole_ones_do_not(storage: str, tmp_
     ray.init(address="local", num_cpus=2, num_gpus=2, include_dashboard=False, log_to_driver=False)
     try:
         half = tune.with_resources(sees_gpus, {"cpu": 0.5, "gpu": 0.5})
-        meet = tmp_path / "meet"
-        meet.mkdir()
-        space = {"x": tune.grid_search([1, 2]), "meet": str(meet), "meet_n": 2}
-        grid = run(half, space, storage)
+        grid = run(half, {"x": tune.grid_search([1, 2]), **meeting(tmp_path, 2)}, storage)
         assert all(r.error is None for r in grid)
         assert {r.metrics["gpu_ids"] for r in grid} == {r.metrics["visible"] for r in grid}
         assert len({r.metrics["gpu_ids"] for r in grid}) == 1, "both on one device"

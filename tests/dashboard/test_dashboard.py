@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 import pytest
 
 import tunefleet as tune
+from tests.helpers.processes import meet, meeting
 from tunefleet.cli import main
 from tunefleet.dashboard import DashboardServer, write_report
 from tunefleet.dashboard._json import to_json
@@ -57,6 +58,8 @@ def learning_rate_target(config: dict[str, Any]) -> None:
         with tempfile.TemporaryDirectory() as d:
             Path(d, "s.json").write_text(json.dumps([score, it]))
             tune.report({"score": score}, checkpoint=tune.Checkpoint.from_directory(d))
+        if it == 1 and start == 0:
+            meet(config, config["lr"])  # the whole population known at the first exploit
 
 
 def until_released(config: dict[str, Any]) -> None:
@@ -69,6 +72,8 @@ def until_released(config: dict[str, Any]) -> None:
 
 
 def run_experiments(root: Path) -> None:
+    meet_in = root.parent / "pbt-population"
+    meet_in.mkdir(parents=True)
     """An ASHA run with failures and a secret in its config, and a PBT run with exploits."""
     tune.Tuner(
         quadratic,
@@ -86,8 +91,8 @@ def run_experiments(root: Path) -> None:
         run_config=tune.RunConfig(storage_path=str(root), name="asha", verbose=0),
     ).fit()
     tune.Tuner(
-        learning_rate_target,
-        param_space={"lr": tune.grid_search([1.0, 0.1, 0.01, 0.0001])},
+        tune.with_resources(learning_rate_target, {"cpu": 0.5}),  # all four at once
+        param_space={"lr": tune.grid_search([1.0, 0.1, 0.01, 0.0001]), **meeting(meet_in, 4)},
         tune_config=tune.TuneConfig(
             metric="score",
             mode="max",

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import time
+from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -26,3 +29,29 @@ def overlap(intervals: list[tuple[float, float]]) -> int:
         now += step
         most = max(most, now)
     return most
+
+
+def meet(config: dict[str, Any], name: object) -> bool:
+    """Wait in ``config["meet"]`` (a folder) until ``config["population"]`` trials have
+    arrived, at most 120 s; say whether they all did. Without ``"meet"``, return at once.
+
+    Trials that must run together (a PBT population, fractional GPUs sharing a device)
+    meet here, an event, so a busy machine's slow starts cannot split them.
+    """
+    folder = config.get("meet")
+    if not folder:
+        return False
+    Path(folder, str(name)).touch()
+    deadline = time.monotonic() + 120
+    while len(os.listdir(folder)) < config["population"]:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def meeting(tmp_path: Path, population: int) -> dict[str, Any]:
+    """The config entries that make `population` trials `meet` in a fresh folder."""
+    folder = tmp_path / "meet"
+    folder.mkdir()
+    return {"meet": str(folder), "population": population}

@@ -14,6 +14,7 @@ import psutil
 import ray
 
 import tunefleet as tune
+from tests.helpers.processes import meet
 
 
 def where(config: dict[str, Any]) -> None:
@@ -71,20 +72,13 @@ def climbing(config: dict[str, Any]) -> None:
 def sees_gpus(config: dict[str, Any]) -> None:
     """Reports the GPU ids it was given and CUDA_VISIBLE_DEVICES.
 
-    With ``config["meet"]`` (a folder), it first waits there for ``config["meet_n"]``
-    trials to have started (an event, at most 120 s: "met" says whether they did), so
-    trials that run at the same time prove it without a timing; otherwise it waits 1 s.
+    With `meeting(...)` in its config it first waits for the others (`meet`: "met" says
+    whether they all came), so trials that run at the same time prove it without a
+    timing; otherwise it waits 1 s.
     """
     start = time.time()
-    met = False
-    if meet := config.get("meet"):
-        Path(meet, str(config["x"])).touch()
-        deadline = time.monotonic() + 120
-        while not (met := len(os.listdir(meet)) >= config["meet_n"]):
-            if time.monotonic() > deadline:
-                break
-            time.sleep(0.02)
-    else:
+    met = meet(config, config["x"])
+    if "meet" not in config:
         time.sleep(1.0)
     resources: dict[str, Any] = tune.get_context().get_trial_resources()  # "gpu_ids" a list
     gpu_ids: list[str] = resources.get("gpu_ids", [])

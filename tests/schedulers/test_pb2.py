@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import random
 import subprocess
 import sys
@@ -16,6 +15,7 @@ from typing import Any
 import pytest
 
 import tunefleet as tune
+from tests.helpers.processes import meet, meeting
 from tests.helpers.results import metrics_of
 from tests.schedulers.test_pbt_synch import PopulationSim, check_population
 from tunefleet.backends.simulated import SimulatedTrainable
@@ -294,23 +294,14 @@ def growing(config: dict[str, Any]) -> None:
         with tempfile.TemporaryDirectory() as d:
             Path(d, "s.json").write_text(json.dumps([score, it]))
             tune.report({"score": score}, checkpoint=tune.Checkpoint.from_directory(d))
-        if it == 1 and (meet := config.get("meet")):
-            Path(meet, str(config["x"])).touch()
-            deadline = time.monotonic() + 120
-            while len(os.listdir(meet)) < config["population"] and time.monotonic() < deadline:
-                time.sleep(0.02)
+        if it == 1 and start == 0:
+            meet(config, config["x"])
 
 
 def test_pb2_end_to_end_with_real_processes(storage: str, tmp_path: Path) -> None:
-    meet = tmp_path / "meet"
-    meet.mkdir()
     grid = tune.Tuner(
         tune.with_resources(growing, {"cpu": 0.5}),  # all four at once
-        param_space={
-            "x": tune.grid_search([0.0, 0.1, 0.3, 0.5]),
-            "meet": str(meet),
-            "population": 4,
-        },
+        param_space={"x": tune.grid_search([0.0, 0.1, 0.3, 0.5]), **meeting(tmp_path, 4)},
         tune_config=tune.TuneConfig(
             metric="score", mode="max", scheduler=pb2(perturbation_interval=3)
         ),

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 import tunefleet as tune
+from tests.helpers.processes import meet, meeting
 from tests.helpers.results import metrics_of
 from tunefleet.schedulers import Decision, Exploit, PopulationBasedTraining, pbt_schedule
 from tunefleet.schedulers._pbt import _from_list, _mutate
@@ -123,12 +124,14 @@ def shifting_target(config: dict[str, Any]) -> None:
         with tempfile.TemporaryDirectory() as d:
             Path(d, "s.json").write_text(json.dumps([score, it]))
             tune.report({"score": score}, checkpoint=tune.Checkpoint.from_directory(d))
+        if it == 1 and start == 0:
+            meet(config, config["lr"])  # the whole population known at the first exploit
 
 
-def test_pbt_end_to_end_with_real_pauses_and_lineage(storage: str) -> None:
+def test_pbt_end_to_end_with_real_pauses_and_lineage(storage: str, tmp_path: Path) -> None:
     grid = tune.Tuner(
-        shifting_target,
-        param_space={"lr": tune.grid_search([1.0, 0.1, 0.01, 0.0001])},
+        tune.with_resources(shifting_target, {"cpu": 0.5}),  # all four at once
+        param_space={"lr": tune.grid_search([1.0, 0.1, 0.01, 0.0001]), **meeting(tmp_path, 4)},
         tune_config=tune.TuneConfig(
             metric="score", mode="max", scheduler=pbt(perturbation_interval=3)
         ),
