@@ -15,7 +15,6 @@ from tunefleet.space._domains import (
     Normal,
     Path,
     PathKey,
-    SearchSpaceError,
     choice,
     format_path,
     grid_search,
@@ -31,6 +30,7 @@ from tunefleet.space._domains import (
     space_to_json,
     uniform,
 )
+from tunefleet.space._errors import SearchSpaceError
 from tunefleet.space._json import space_from_json
 from tunefleet.space._resolve import (
     Chooser,

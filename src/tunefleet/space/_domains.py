@@ -26,14 +26,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal, localcontext
 from typing import Any, TypeAlias
 
+from tunefleet.space._errors import SearchSpaceError
+from tunefleet.space._sampling import sampling_inputs
+
 PathKey: TypeAlias = str | int
 Path: TypeAlias = tuple[str | int, ...]
 GRID_KEY = "grid_search"
 _MARKER = "__domain__"
-
-
-class SearchSpaceError(ValueError):
-    """An invalid search space; the message names the key path, value and rule."""
 
 
 class _MissingKeyError(SearchSpaceError, KeyError, AttributeError):
@@ -118,8 +117,52 @@ class Domain(ABC):
         """The public function that builds this domain, e.g. ``"loguniform"``."""
 
     @abstractmethod
-    def sample(self, rng: random.Random) -> Any:
+    def draw(self, rng: random.Random) -> Any:
         """Draw one value using `rng` and nothing else."""
+
+    def sample(
+        self,
+        config: Any = None,
+        size: int = 1,
+        random_state: Any = None,
+        *,
+        spec: Any = None,
+    ) -> Any:
+        """Draw values as Ray Tune's ``Domain.sample`` does.
+
+        Args:
+            config: the config a `sample_from` function sees (others ignore it); a list
+                gives the i-th draw the i-th config. A `random.Random` here is
+                tunefleet's own form ``sample(rng)``: one value drawn with it.
+            size: how many values; 1 returns the value itself, more a list.
+            random_state: None (numpy's global generator when numpy is installed,
+                as in Ray), an int seed, a `random.Random`, or a numpy Generator or
+                RandomState.
+            spec: Ray's older name for `config`, for `sample_from` functions that read
+                ``spec.config``.
+
+        Example:
+            >>> values = uniform(0, 1).sample(size=3, random_state=0)
+            >>> len(values), all(0 <= v < 1 for v in values)
+            (3, True)
+        """
+        if isinstance(config, random.Random):
+            return self.draw(config)
+        rng, configs, is_spec = sampling_inputs(self.name, config, size, random_state, spec)
+        values = [self._sample_for(c, rng, is_spec) for c in configs]
+        return values[0] if size == 1 else values
+
+    def is_grid(self) -> bool:
+        """Always False: a grid is ``grid_search([...])``, a dict, never a domain."""
+        return False
+
+    def is_function(self) -> bool:
+        """Whether this is a `sample_from` function."""
+        return False
+
+    def _sample_for(self, config: Any, rng: random.Random, is_spec: bool) -> Any:
+        """One draw for `sample`; only `sample_from` reads the config."""
+        return self.draw(rng)
 
     @abstractmethod
     def problem(self) -> str | None:
@@ -218,7 +261,7 @@ class Float(Domain):
         """The largest value that can be drawn."""
         return self.upper if self.q is None else _float_times(self._multiples()[1], self.q)
 
-    def sample(self, rng: random.Random) -> float:
+    def draw(self, rng: random.Random) -> float:
         k_lo, k_hi = self._multiples()
         if self.q is not None and not self.log:
             return _float_times(rng.randint(k_lo, k_hi), self.q)
@@ -285,7 +328,7 @@ class Integer(Domain):
         """The largest value that can be drawn."""
         return self._multiples()[1] * self.q
 
-    def sample(self, rng: random.Random) -> int:
+    def draw(self, rng: random.Random) -> int:
         k_lo, k_hi = self._multiples()
         if not self.log:
             return rng.randint(k_lo, k_hi) * self.q
@@ -325,7 +368,7 @@ class Normal(Domain):
             return f"{self.name} q={self.q!r} must be > 0"
         return None
 
-    def sample(self, rng: random.Random) -> float:
+    def draw(self, rng: random.Random) -> float:
         value = rng.normalvariate(self.mean, self.sd)
         return value if self.q is None else _float_times(round(value / self.q), self.q)
 
@@ -351,7 +394,7 @@ class Categorical(Domain):
             return f"choice categories={cats!r} must be a list, not {type(cats).__name__}"
         return None if cats else "choice categories=[] must not be empty"
 
-    def sample(self, rng: random.Random) -> Any:
+    def draw(self, rng: random.Random) -> Any:
         """The chosen category, unresolved (`resolve` recurses into it)."""
         return self.categories[rng.randrange(len(self.categories))]
 

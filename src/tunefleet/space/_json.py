@@ -14,10 +14,10 @@ from tunefleet.space._domains import (
     Integer,
     Normal,
     PathKey,
-    SearchSpaceError,
     _Category,
     format_path,
 )
+from tunefleet.space._errors import SearchSpaceError
 from tunefleet.space._resolve import Function
 
 

@@ -29,11 +29,11 @@ from tunefleet.space._domains import (
     Categorical,
     Domain,
     Path,
-    SearchSpaceError,
     _Category,
     _MissingKeyError,
     format_path,
 )
+from tunefleet.space._errors import SearchSpaceError
 
 # ---------------------------------------------------------------- walking a space
 
@@ -296,12 +296,12 @@ def resolve(
             return pending[-1]
         if isinstance(node, Categorical):
             if chooser is None:
-                return build(node.sample(rng), path, name)
+                return build(node.draw(rng), path, name)
             picked = chooser(parameter_name(name), node)
             index = _index_of(node.categories, picked)
             return build(node.categories[index], path, (*name, _Category(index)))
         if isinstance(node, Domain):
-            return node.sample(rng) if chooser is None else chooser(parameter_name(name), node)
+            return node.draw(rng) if chooser is None else chooser(parameter_name(name), node)
         if _is_grid(node):
             if grid_point is None or path not in grid_point:
                 raise SearchSpaceError(
@@ -398,15 +398,59 @@ class Function(Domain):
             )
         return self.func(spec) if _params(self.func, required=False) else self.func()
 
-    def sample(self, rng: random.Random) -> Any:
+    def is_function(self) -> bool:
+        return True
+
+    def draw(self, rng: random.Random) -> Any:
         """Run the function alone (use `resolve` to see the rest of a config)."""
         return resolve({"value": self}, rng)["value"]
+
+    def _sample_for(self, config: Any, rng: random.Random, is_spec: bool) -> Any:
+        # Ray's standalone form: `spec=` is what the function gets; a `config=` is tried
+        # as the argument first, then as `spec.config` (both read by key or attribute).
+        if config is None:
+            return self.draw(rng)
+        if self.func is None or not _params(self.func, required=False):
+            return self.call(None)
+        if is_spec:
+            return self.call(_AttrView(config, rng))
+        try:
+            return self.call(_AttrView(config, rng))
+        except (AttributeError, KeyError):
+            return self.call(_AttrView({"config": config}, rng))
 
     def args(self) -> dict[str, Any]:
         return {"name": self.func_name, "source": self.source}
 
     def __repr__(self) -> str:
         return f"sample_from({self.func_name})"
+
+
+class _AttrView(Mapping[Any, Any]):
+    """A dict read by key or by attribute (``spec.config.lr``), nested; ``.rng`` too."""
+
+    def __init__(self, data: Any, rng: random.Random) -> None:
+        self._data, self._rng = data, rng
+
+    def __getitem__(self, key: Any) -> Any:
+        value = self._data[key]
+        return _AttrView(value, self._rng) if isinstance(value, Mapping) else value
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        if name == "rng" and "rng" not in self._data:
+            return self._rng
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(f"{name!r} is not in {dict(self._data)!r}") from None
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
 
 
 def _params(func: Callable[..., Any], *, required: bool) -> list[inspect.Parameter]:

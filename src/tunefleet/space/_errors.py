@@ -1,0 +1,5 @@
+"""The search-space error, shared by every module of the wing."""
+
+
+class SearchSpaceError(ValueError):
+    """An invalid search space; the message names the key path, value and rule."""
