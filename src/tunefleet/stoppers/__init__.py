@@ -21,7 +21,9 @@ Differences from Ray Tune, on purpose:
   at the first True, so later stoppers miss results and count wrong).
 - `ExperimentPlateauStopper(patience=n)` waits for n plateaued results after the
   first one (Ray counts the first, so its patience 0 and 1 behave the same).
-- Optional constructor arguments are keyword-only, and bad arguments raise at once.
+- Bad constructor arguments raise at once, naming the argument and the rule.
+- `TimeoutStopper` measures with `time.monotonic` (Ray: `time.time`), so a change
+  of the wall clock cannot end or extend the budget.
 - State (`Stopper.get_state`) is plain JSON, never a pickle.
 """
 

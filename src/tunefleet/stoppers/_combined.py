@@ -66,12 +66,7 @@ def make_stopper(stop: Any) -> Stopper | None:
         return stop
     if isinstance(stop, Mapping):
         return DictStopper(stop)
-    if callable(stop):
-        if hasattr(stop, "stop_all"):
-            raise TypeError(
-                f"stop: {type(stop).__name__} has stop_all() but does not subclass "
-                "tunefleet.stoppers.Stopper; subclass it so stop_all() is called"
-            )
+    if FunctionStopper.is_valid_function(stop):
         return FunctionStopper(stop)
     raise TypeError(
         f"stop: got {stop!r} ({type(stop).__name__}); expected None, a dict of "

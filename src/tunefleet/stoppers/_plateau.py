@@ -45,7 +45,6 @@ class TrialPlateauStopper(Stopper):
     def __init__(
         self,
         metric: str,
-        *,
         std: float = 0.01,
         num_results: int = 4,
         grace_period: int = 4,
@@ -124,7 +123,6 @@ class ExperimentPlateauStopper(Stopper):
     def __init__(
         self,
         metric: str,
-        *,
         std: float = 0.001,
         top: int = 10,
         mode: str = "min",

@@ -42,16 +42,33 @@ class MaximumIterationStopper(Stopper):
 
 
 class FunctionStopper(Stopper):
-    """Wraps a plain function ``fn(trial_id, result) -> bool`` as a stopper.
+    """Wraps a plain function ``function(trial_id, result) -> bool`` as a stopper.
 
     Args:
-        fn: returns True to stop the trial.
+        function: returns True to stop the trial.
     """
 
-    def __init__(self, fn: Callable[[str, dict[str, Any]], bool]) -> None:
-        if not callable(fn):
-            raise TypeError(f"FunctionStopper: {fn!r} ({type(fn).__name__}) is not callable")
-        self._fn = fn
+    def __init__(self, function: Callable[[str, dict[str, Any]], bool]) -> None:
+        if not callable(function):
+            raise TypeError(
+                f"FunctionStopper: {function!r} ({type(function).__name__}) is not callable"
+            )
+        self._fn = function
+
+    @classmethod
+    def is_valid_function(cls, fn: Any) -> bool:
+        """Whether `fn` is a plain function stopper (Ray's check, with its error).
+
+        Raises:
+            TypeError: `fn` has ``stop_all`` but is no `Stopper` (it would never be called).
+        """
+        is_function = callable(fn) and not isinstance(fn, Stopper)
+        if is_function and hasattr(fn, "stop_all"):
+            raise TypeError(
+                f"stop: {type(fn).__name__} has stop_all() but does not subclass "
+                "tunefleet.stoppers.Stopper; subclass it so stop_all() is called"
+            )
+        return is_function
 
     def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
         return bool(self._fn(trial_id, result))
