@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from typing import Any
 
 _UNITS = {
@@ -51,6 +52,9 @@ def normalize_resources(spec: Any, where: str = "resources") -> dict[str, float]
     if not isinstance(spec, dict):
         raise TypeError(f"{where} must be a dict such as {{'cpu': 1, 'gpu': 0}}, not {spec!r}")
     out: dict[str, float] = {"cpu": 1.0, "gpu": 0.0}
+    custom = spec.get("custom_resources")
+    if isinstance(custom, dict):  # Ray's with_resources form: {"cpu": 1, "custom_resources": {...}}
+        spec = {**{k: v for k, v in spec.items() if k != "custom_resources"}, **custom}
     for key, value in spec.items():
         if not isinstance(key, str) or not key:
             raise ValueError(f"{where}: resource name {key!r} must be a non-empty string")
@@ -78,71 +82,175 @@ def normalize_resources(spec: Any, where: str = "resources") -> dict[str, float]
 
 STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
 
+# our resource names (``normalize_resources``) <-> Ray's names in bundles
+_RAY_NAMES = {"cpu": "CPU", "gpu": "GPU", "memory": "memory"}
+
 
 class PlacementGroupFactory:
-    """A trial that needs a group of bundles, e.g. one per data-parallel worker (Ray's name).
+    """The resources of one trial: a list of bundles and a strategy (Ray Tune's class).
 
-    On the Ray backend the trial's actor takes the first bundle and the tasks and
-    actors it starts fill the others (they are placed in the trial's placement
-    group); ``strategy`` says how Ray spreads the bundles over nodes. On the local
-    backend the trial is one process that gets the sum of the bundles.
+    A trial's own process takes the first bundle (the "head"); the tasks and actors it
+    starts fill the others. `bundles` use Ray's names (``"CPU"``, ``"GPU"``,
+    ``"memory"``, custom names as given); lower-case ``"cpu"``/``"gpu"`` are accepted
+    too. Amounts of 0 are dropped; an empty first bundle means the trial's own process
+    needs nothing (`head_bundle_is_empty`). On the Ray backend the bundles form the
+    trial's placement group, placed by `strategy`; on the local backend the trial is
+    one process that gets the sum of the bundles (`required_resources`).
+
+    Inside a trial, ``tune.get_context().get_trial_resources()`` returns the trial's
+    factory (after a `ResourceChangingScheduler` resize, the new one).
 
     Example:
-        >>> tune.with_resources(train, tune.PlacementGroupFactory(
-        ...     [{"cpu": 1}, {"cpu": 2, "gpu": 1}, {"cpu": 2, "gpu": 1}], strategy="PACK"))
-        ... # doctest: +SKIP
+        >>> pgf = PlacementGroupFactory([{"CPU": 1, "GPU": 0.5}, {"CPU": 2}], strategy="PACK")
+        >>> pgf.required_resources
+        {'CPU': 3.0, 'GPU': 0.5}
+        >>> pgf.head_cpus
+        1.0
     """
 
-    def __init__(self, bundles: list[dict[str, Any]], strategy: str = "PACK") -> None:
+    def __init__(
+        self, bundles: list[dict[str, Any]], strategy: str = "PACK", *args: Any, **kwargs: Any
+    ) -> None:
         if not isinstance(bundles, (list, tuple)) or not bundles:
             raise ValueError(
                 f"PlacementGroupFactory(bundles={bundles!r}): give a non-empty list of "
-                "resource dicts, e.g. [{'cpu': 1}, {'cpu': 1, 'gpu': 1}]"
+                "resource dicts, e.g. [{'CPU': 1}, {'CPU': 1, 'GPU': 1}]"
             )
         if strategy not in STRATEGIES:
             raise ValueError(
                 f"PlacementGroupFactory(strategy={strategy!r}) is not valid: use one of "
                 f"{', '.join(STRATEGIES)}"
             )
-        self.bundles = [
-            _bundle(b, f"PlacementGroupFactory(bundles)[{i}]") for i, b in enumerate(bundles)
-        ]
-        self.strategy = strategy
+        unknown = set(kwargs) - {"name", "lifetime"}
+        if args or unknown:
+            raise TypeError(
+                "PlacementGroupFactory takes bundles, strategy and optionally name= and "
+                f"lifetime= (Ray's placement_group arguments), not {args or sorted(unknown)!r}"
+            )
+        parsed = [_bundle(b, f"PlacementGroupFactory(bundles)[{i}]") for i, b in enumerate(bundles)]
+        self._head_bundle_is_empty = not parsed[0][1]
+        if self._head_bundle_is_empty:
+            parsed.pop(0)
+            if not parsed:
+                raise ValueError(
+                    f"PlacementGroupFactory(bundles={bundles!r}) asks for nothing: the first "
+                    "bundle is empty and there are no others"
+                )
+        for i, (_, ours) in enumerate(parsed):
+            if not ours and (i or not self._head_bundle_is_empty):
+                index = i + int(self._head_bundle_is_empty)
+                raise ValueError(
+                    f"PlacementGroupFactory(bundles)[{index}]={bundles[index]!r} asks for "
+                    "nothing: only the first bundle may be empty"
+                )
+        self._bundles = [theirs for theirs, _ in parsed]
+        self._ours = [ours for _, ours in parsed]
+        self._strategy = strategy
+        self._options = dict(kwargs)
 
+    @property
+    def bundles(self) -> list[dict[str, float]]:
+        """A copy of the bundles (an empty head bundle left out), in Ray's names."""
+        return [dict(b) for b in self._bundles]
+
+    @property
+    def strategy(self) -> str:
+        """How the bundles are spread over nodes: PACK, SPREAD, STRICT_PACK, STRICT_SPREAD."""
+        return self._strategy
+
+    @property
+    def head_bundle_is_empty(self) -> bool:
+        """True when the trial's own process needs nothing (only the other bundles do)."""
+        return self._head_bundle_is_empty
+
+    @property
+    def head_cpus(self) -> float:
+        """The CPUs of the trial's own process (0 when the head bundle is empty)."""
+        return 0.0 if self._head_bundle_is_empty else self._bundles[0].get("CPU", 0.0)
+
+    @property
     def required_resources(self) -> dict[str, float]:
-        """The sum of the bundles: what the trial holds in all."""
-        total: dict[str, float] = {"cpu": 0.0, "gpu": 0.0}
-        for bundle in self.bundles:
+        """The sum of the bundles, in Ray's names: what the trial holds in all."""
+        total: dict[str, float] = {}
+        for bundle in self._bundles:
             for key, value in bundle.items():
                 total[key] = total.get(key, 0.0) + value
         return total
 
+    def own_bundles(self) -> list[dict[str, float]]:
+        """The bundles in tunefleet's names (``cpu``, ``gpu``, ``memory``, custom)."""
+        return [dict(b) for b in self._ours]
+
+    def totals(self) -> dict[str, float]:
+        """The sum of the bundles in tunefleet's names, with ``cpu`` and ``gpu`` always set."""
+        total: dict[str, float] = {"cpu": 0.0, "gpu": 0.0}
+        for bundle in self._ours:
+            for key, value in bundle.items():
+                total[key] = total.get(key, 0.0) + value
+        return total
+
+    @classmethod
+    def of(cls, resources: Mapping[str, float]) -> PlacementGroupFactory:
+        """One bundle of a normalized request such as ``{"cpu": 2.0, "gpu": 0.0}``."""
+        bundle = {_RAY_NAMES.get(k, k): float(v) for k, v in resources.items() if v}
+        if bundle:
+            return cls([bundle])
+        nothing = cls.__new__(cls)  # a trial that asked for nothing (Ray refuses to build it)
+        nothing._head_bundle_is_empty, nothing._bundles, nothing._ours = False, [{}], [{}]
+        nothing._strategy, nothing._options = "PACK", {}
+        return nothing
+
+    def __getitem__(self, key: str) -> float:
+        """tunefleet's earlier dict form: ``resources["cpu"]`` is the trial's total."""
+        name = key.lower()
+        if name not in ("cpu", "gpu") and name not in self.totals():
+            raise KeyError(key)
+        return self.totals().get(name, 0.0)
+
+    def get(self, key: str, default: float | None = None) -> float | None:
+        """``resources.get("cpu")``: the total of one resource (tunefleet's earlier form)."""
+        try:
+            return self[key]
+        except KeyError:
+            return default
+
     def __eq__(self, other: object) -> bool:
         return (
             isinstance(other, PlacementGroupFactory)
-            and self.bundles == other.bundles
-            and self.strategy == other.strategy
+            and self._bundles == other._bundles
+            and self._strategy == other._strategy
+            and self._head_bundle_is_empty == other._head_bundle_is_empty
+            and self._options == other._options
         )
 
     def __hash__(self) -> int:
-        return hash((repr(self.bundles), self.strategy))
+        return hash((repr(self._bundles), self._strategy, self._head_bundle_is_empty))
 
     def __repr__(self) -> str:
-        return f"PlacementGroupFactory({self.bundles!r}, strategy={self.strategy!r})"
+        head: list[dict[str, float]] = [{}] if self._head_bundle_is_empty else []
+        return f"PlacementGroupFactory({head + self._bundles!r}, strategy={self._strategy!r})"
 
 
-def _bundle(spec: Any, where: str) -> dict[str, float]:
-    """One bundle: like a resource request, but nothing is implied (no default cpu=1)."""
+def _bundle(spec: Any, where: str) -> tuple[dict[str, float], dict[str, float]]:
+    """One bundle in Ray's names and in ours; amounts of 0 dropped, nothing implied."""
     if not isinstance(spec, dict):
-        raise TypeError(f"{where} must be a dict such as {{'cpu': 1}}, not {spec!r}")
+        raise TypeError(f"{where} must be a dict such as {{'CPU': 1}}, not {spec!r}")
     given = {k.lower() if isinstance(k, str) else k for k in spec}
     out = normalize_resources(spec, where)
     if not given & {"cpu", "cpus", "num_cpus"}:
         out["cpu"] = 0.0
-    bundle = {k: v for k, v in out.items() if v > 0}
-    if not bundle:
-        raise ValueError(f"{where}={spec!r} asks for nothing: a bundle needs some resource")
-    return bundle
+    ours = {k: v for k, v in out.items() if v > 0}
+    theirs: dict[str, float] = {}
+    for key in spec:  # Ray's names, custom resources as the user spelled them
+        name = _canonical(key)
+        if name in ours:
+            theirs[_RAY_NAMES.get(name, str(key))] = ours[name]
+    return theirs, ours
+
+
+def _canonical(key: Any) -> str:
+    name = str(key).lower()
+    return {"cpus": "cpu", "num_cpus": "cpu", "gpus": "gpu", "num_gpus": "gpu"}.get(name, name)
 
 
 __all__ = [

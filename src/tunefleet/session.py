@@ -19,6 +19,7 @@ from typing import Any
 
 from tunefleet import result as keys
 from tunefleet._metrics import python_scalars
+from tunefleet.resources import PlacementGroupFactory
 from tunefleet.storage.checkpoint import Checkpoint, checkpoint_dir_name, persist_checkpoint
 
 # "module:function" installing a session in a process a launcher started (`_require_session`).
@@ -49,7 +50,9 @@ class TuneContext:
     trial_dir: str
     experiment_name: str
     attempt: int
-    resources: dict[str, float]
+    resources: dict[str, float]  # tunefleet's names: {"cpu": 2.0, "gpu": 0.0, ...}
+    gpu_ids: tuple[str, ...] = ()  # the devices given to this trial (CUDA_VISIBLE_DEVICES)
+    placement: PlacementGroupFactory | None = None  # the bundles of `with_resources`, if any
 
     def get_trial_id(self) -> str:
         return self.trial_id
@@ -63,8 +66,20 @@ class TuneContext:
     def get_experiment_name(self) -> str:
         return self.experiment_name
 
-    def get_trial_resources(self) -> dict[str, float]:
-        return dict(self.resources)
+    def get_trial_resources(self) -> PlacementGroupFactory:
+        """The trial's resources as a `PlacementGroupFactory`, as in Ray Tune: the one given
+        to `tune.with_resources`, or one bundle of its dict (after a resize, the new one).
+
+        ``get_trial_resources()["cpu"]`` (tunefleet's earlier dict form) still works.
+        """
+        held = {"cpu": 0.0, "gpu": 0.0, **self.resources}
+        if self.placement is not None and self.placement.totals() == held:
+            return self.placement
+        return PlacementGroupFactory.of(self.resources)
+
+    def get_gpu_ids(self) -> list[str]:
+        """The GPU ids given to this trial (as ``ray.get_gpu_ids()`` in a Ray trial)."""
+        return list(self.gpu_ids)
 
     def get_world_rank(self) -> int:
         return 0

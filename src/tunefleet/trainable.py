@@ -96,7 +96,7 @@ def with_resources(
     """
     if isinstance(resources, PlacementGroupFactory):
         _check_trainable(trainable, "tune.with_resources")
-        return _WithResources(trainable, resources.required_resources(), resources)
+        return _WithResources(trainable, resources.totals(), resources)
     if callable(resources) and not isinstance(resources, dict):
         raise TypeError(
             "tune.with_resources: resources as a function of the config are not supported; "

@@ -80,8 +80,7 @@ def sees_gpus(config: dict[str, Any]) -> None:
     met = meet(config, config["x"])
     if "meet" not in config:
         time.sleep(1.0)
-    resources: dict[str, Any] = tune.get_context().get_trial_resources()  # "gpu_ids" a list
-    gpu_ids: list[str] = resources.get("gpu_ids", [])
+    gpu_ids = tune.get_context().get_gpu_ids()
     visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
     report = {"gpu_ids": ",".join(gpu_ids), "visible": visible, "start": start, "met": met}
     tune.report(report)

@@ -46,23 +46,25 @@ def cluster(capacity: dict[str, float], *running: Trial) -> Cluster:
     return Cluster(capacity, {t.trial_id: t for t in running}, BASE)
 
 
-def cpus(allocation: dict[str, float] | None) -> float:
+def cpus(allocation: tune.PlacementGroupFactory | None) -> float:
     """The CPUs an allocation function gave (None would keep the trial's resources)."""
     assert allocation is not None
-    return allocation["cpu"]
+    return allocation.required_resources.get("CPU", 0.0)
 
 
 def test_distribute_resources_shares_spare_cpus_evenly() -> None:
     fn = DistributeResources()
     a, b = trial(0), trial(1)
     sched = FIFOScheduler()
-    assert fn(cluster({"cpu": 8}, a, b), a, {}, sched) == {"cpu": 4.0, "gpu": 0.0}
-    assert fn(cluster({"cpu": 8}, a), a, {}, sched) == {"cpu": 8.0, "gpu": 0.0}
-    assert fn(cluster({"cpu": 3}, a, b), a, {}, sched) == {"cpu": 1.0, "gpu": 0.0}  # 0.5 spare
+    assert fn(cluster({"cpu": 8}, a, b), a, {}, sched) == tune.PlacementGroupFactory([{"CPU": 4}])
+    assert cpus(fn(cluster({"cpu": 8}, a), a, {}, sched)) == 8.0
+    # Ray's rule (issue 15): the equal share is rounded up to a whole step of 1 CPU
+    assert cpus(fn(cluster({"cpu": 3}, a, b), a, {}, sched)) == 2.0
     reserved = DistributeResources(reserve_resources={"cpu": 2})
     assert cpus(reserved(cluster({"cpu": 8}, a, b), a, {}, sched)) == 3.0
     capped = DistributeResources(increase_by={"cpu": 2}, increase_by_times=1)
     assert cpus(capped(cluster({"cpu": 16}, a), a, {}, sched)) == 3.0
+    assert fn(cluster({"cpu": 8}, a), a, {"training_iteration": 0}, sched) is None
 
 
 def test_distribute_to_top_job_gives_the_spare_to_the_best() -> None:
@@ -70,8 +72,11 @@ def test_distribute_to_top_job_gives_the_spare_to_the_best() -> None:
     good, bad = trial(0, loss=0.1), trial(1, loss=0.9, cpu=3.0)
     c = cluster({"cpu": 6}, good, bad)
     sched = FIFOScheduler()
-    assert cpus(fn(c, good, {}, sched)) == 5.0  # 6 - the other's base
-    assert cpus(fn(c, bad, {}, sched)) == 1.0
+    # Ray's rule (issue 15): the best takes what is free; the others keep what they hold
+    assert cpus(fn(c, good, {}, sched)) == 3.0
+    assert cpus(fn(c, bad, {}, sched)) == 3.0
+    short = cluster({"cpu": 3}, good, bad)  # more held than there is: the others shrink
+    assert cpus(fn(short, bad, {}, sched)) == 2.0
 
 
 @pytest.mark.parametrize(
@@ -106,6 +111,7 @@ def test_resize_decision_then_resumed_first_and_state_round_trip() -> None:
         sched.on_trial_add(t)
     decision = sched.on_trial_result(a, {"training_iteration": 1, "loss": 0.5})
     assert decision == Resize({"cpu": 4.0, "gpu": 0.0})
+    assert sched.base_trial_resources == tune.PlacementGroupFactory([{"CPU": 1}])
     a.resources = {"cpu": 4.0, "gpu": 0.0}  # resized: the same proposal changes nothing
     assert sched.on_trial_result(a, {"training_iteration": 2, "loss": 0.4}) is Decision.CONTINUE
     # the resized trial, paused, runs before a pending one

@@ -55,10 +55,11 @@ class TrialLoop:
     """
 
     def __init__(self, channel: Connection, setup: WorkerSetup) -> None:
-        from tunefleet.trainable import unwrap
+        from tunefleet.trainable import placement_of, unwrap
 
         self._channel = channel
         self._inner, _, self._params = unwrap(setup.trainable)
+        self._placement = placement_of(setup.trainable)  # its trials' bundles, if given
         self._experiment_name = setup.experiment_name
         self._reuse = setup.reuse_actors
         self._instance: Any = None  # a kept class-trainable instance (reuse_actors)
@@ -118,14 +119,15 @@ class TrialLoop:
         os.makedirs(launch.trial_dir, exist_ok=True)
         restore_out = _redirect_output(launch.trial_dir)
         os.environ["TUNEFLEET_TRIAL_ID"] = trial_id
-        resources: dict[str, Any] = {**launch.resources, "gpu_ids": list(start.gpu_ids)}
         context = TuneContext(
             trial_id=trial_id,
             trial_name=launch.name,
             trial_dir=launch.trial_dir,
             experiment_name=self._experiment_name,
             attempt=launch.attempt,
-            resources=resources,
+            resources=dict(launch.resources),
+            gpu_ids=tuple(start.gpu_ids),
+            placement=self._placement,
         )
         session = TrialSession(
             context=context,

@@ -51,6 +51,10 @@ SchedulerDecision = Decision | Exploit | Resize
 class Cluster:
     """What a scheduler may know of the resources: a live view kept by the controller.
 
+    It is the first argument of a `ResourceChangingScheduler` allocation function, in
+    the place of Ray Tune's ``tune_controller``, and answers the same questions:
+    `get_live_trials()`, `get_num_cpus()` and `get_num_gpus()`.
+
     Attributes:
         capacity: everything the backend has, e.g. ``{"cpu": 8.0, "gpu": 1.0, ...}``.
         running: the running trials by id (each with its `resources`); do not modify.
@@ -66,6 +70,24 @@ class Cluster:
         self.capacity = dict(capacity)
         self.running = running
         self.base_resources = dict(base_resources)
+
+    def get_live_trials(self) -> list[Trial]:
+        """The trials that hold resources now (the running ones)."""
+        return list(self.running.values())
+
+    def get_num_cpus(self) -> float:
+        """All the CPUs trials may use (not only the free ones)."""
+        return self.capacity.get("cpu", 0.0)
+
+    def get_num_gpus(self) -> float:
+        """All the GPUs trials may use (not only the free ones)."""
+        return self.capacity.get("gpu", 0.0)
+
+    @property
+    def _resource_updater(self) -> Cluster:
+        # Ray's documented allocation example asks `tune_controller._resource_updater`
+        # for get_num_cpus()/get_num_gpus(); the answers are here.
+        return self
 
     def free(self) -> dict[str, float]:
         """Capacity minus what the running trials hold."""

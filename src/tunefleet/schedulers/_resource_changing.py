@@ -10,11 +10,13 @@ with them. The trainable reads its share with
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from tunefleet._metrics import MetricSpec, ModeSpec, metric_value
+from tunefleet._metrics import MetricSpec, ModeSpec
+from tunefleet.resources import PlacementGroupFactory, normalize_resources
 from tunefleet.schedulers._base import (
     Cluster,
     Decision,
@@ -24,134 +26,17 @@ from tunefleet.schedulers._base import (
     TrialScheduler,
 )
 from tunefleet.schedulers._candidates import Candidates
+from tunefleet.schedulers._distribute import DistributeResources
 from tunefleet.schedulers._fifo import FIFOScheduler
 from tunefleet.trial import Trial
 
-#: (cluster, trial, result, base scheduler) -> the trial's new resources, or None to keep
+logger = logging.getLogger("tunefleet")
+
+#: (cluster, trial, result, the ResourceChangingScheduler) -> new resources or None
 AllocationFunction = Callable[
-    [Cluster, Trial, dict[str, Any], TrialScheduler], Mapping[str, float] | None
+    [Cluster, Trial, dict[str, Any], "ResourceChangingScheduler"],
+    Mapping[str, Any] | PlacementGroupFactory | None,
 ]
-
-_SCALED = ("cpu", "gpu")
-
-
-class DistributeResources:
-    """Ray Tune's default allocation: the machine's CPUs (and GPUs) shared evenly.
-
-    Each running trial gets its base request plus an equal share of what the base
-    requests of all running trials leave free, in steps of `increase_by` (default:
-    the base request itself, so a 1-CPU trial gets 1, 2, 3 ... CPUs), at most
-    `increase_by_times` steps (-1: no limit). `reserve_resources` are kept free.
-
-    Args:
-        add_bundles: accepted for Ray Tune compatibility (one process per trial here,
-            so bundles and a bigger single request are the same).
-        increase_by: the step per resource, e.g. ``{"cpu": 1}``.
-        increase_by_times: the most steps a trial gets (-1: as many as fit).
-        reserve_resources: resources never handed out, e.g. ``{"cpu": 1}``.
-    """
-
-    def __init__(
-        self,
-        add_bundles: bool = False,
-        increase_by: Mapping[str, float] | None = None,
-        increase_by_times: int = -1,
-        reserve_resources: Mapping[str, float] | None = None,
-    ) -> None:
-        if isinstance(increase_by_times, bool) or not isinstance(increase_by_times, int):
-            raise ValueError(f"increase_by_times={increase_by_times!r} must be an integer")
-        if increase_by_times < -1:
-            raise ValueError(f"increase_by_times={increase_by_times!r} must be >= -1")
-        for name, given in (("increase_by", increase_by), ("reserve_resources", reserve_resources)):
-            for key, value in (given or {}).items():
-                if key not in _SCALED or not isinstance(value, (int, float)) or value < 0:
-                    raise ValueError(
-                        f"{name}[{key!r}]={value!r}: only 'cpu' and 'gpu' amounts >= 0 "
-                        "can be handed out"
-                    )
-        self.add_bundles = add_bundles
-        self.increase_by = dict(increase_by or {})
-        self.increase_by_times = increase_by_times
-        self.reserve = dict(reserve_resources or {})
-
-    def __call__(
-        self, cluster: Cluster, trial: Trial, result: dict[str, Any], scheduler: TrialScheduler
-    ) -> dict[str, float] | None:
-        running = max(1, len(cluster.running))
-
-        def spare(name: str, base: float) -> float:  # an equal part of what is left
-            return (self._share(cluster, name) - base * running) / running
-
-        return self._grow(cluster, trial, spare)
-
-    def _grow(
-        self, cluster: Cluster, trial: Trial, spare: Callable[[str, float], float]
-    ) -> dict[str, float]:
-        """The trial's base request plus, per scaled resource, as many `increase_by`
-        steps as fit in ``spare(name, base amount)`` (at most `increase_by_times`)."""
-        new = dict(trial.resources)
-        for name in _SCALED:
-            base = cluster.base_resources.get(name, 0.0)
-            step = self.increase_by.get(name, base)
-            if step <= 0:
-                continue
-            steps = max(0, math.floor(spare(name, base) / step + 1e-9))
-            if self.increase_by_times >= 0:
-                steps = min(steps, self.increase_by_times)
-            new[name] = base + steps * step
-        return new
-
-    def _share(self, cluster: Cluster, name: str) -> float:
-        return cluster.capacity.get(name, 0.0) - self.reserve.get(name, 0.0)
-
-
-class DistributeResourcesToTopJob(DistributeResources):
-    """Everything spare goes to the best running trial (by `metric`); others get their base.
-
-    Args:
-        metric, mode: how to rank the running trials (default: the scheduler's).
-        Other arguments: as `DistributeResources`.
-    """
-
-    def __init__(
-        self,
-        add_bundles: bool = False,
-        increase_by: Mapping[str, float] | None = None,
-        increase_by_times: int = -1,
-        reserve_resources: Mapping[str, float] | None = None,
-        metric: str | None = None,
-        mode: str | None = None,
-    ) -> None:
-        super().__init__(add_bundles, increase_by, increase_by_times, reserve_resources)
-        if mode not in (None, "min", "max"):
-            raise ValueError(f"mode={mode!r} is not valid: it must be 'min' or 'max'")
-        self.metric, self.mode = metric, mode
-
-    def __call__(
-        self, cluster: Cluster, trial: Trial, result: dict[str, Any], scheduler: TrialScheduler
-    ) -> dict[str, float] | None:
-        metric = self.metric or scheduler.metric
-        mode = self.mode or scheduler.mode
-        if metric is None or mode is None:
-            raise ValueError(
-                "DistributeResourcesToTopJob needs metric and mode (give them to it or to "
-                "TuneConfig)"
-            )
-        sign = 1.0 if mode == "max" else -1.0
-
-        def score(t: Trial) -> float:
-            value = metric_value(t.last_result or {}, metric)
-            return -math.inf if value is None else sign * value
-
-        top = max(cluster.running.values(), key=score, default=trial)
-        others = len(cluster.running) - 1
-
-        def spare(name: str, base: float) -> float:  # all that is left, to the top trial
-            if top.trial_id != trial.trial_id:
-                return 0.0
-            return self._share(cluster, name) - base * others - base
-
-        return self._grow(cluster, trial, spare)
 
 
 class ResourceChangingScheduler(TrialScheduler):
@@ -159,9 +44,12 @@ class ResourceChangingScheduler(TrialScheduler):
 
     Args:
         base_scheduler: decides continue/pause/stop (default: FIFO).
-        resources_allocation_function: ``(cluster, trial, result, base_scheduler) ->
-            new resources or None`` (default: `DistributeResources()`); `cluster` has
-            `capacity`, `running` (trial id -> Trial), `base_resources` and `free()`.
+        resources_allocation_function: ``(cluster, trial, result, scheduler) -> new
+            resources`` (Ray's signature; `scheduler` is this scheduler): a
+            `PlacementGroupFactory`, a dict such as ``{"CPU": 2, "GPU": 0}``, or None to
+            keep them. Default: `DistributeResources()`; None: resources never change.
+            `cluster` stands where Ray passes its controller: `get_live_trials()`, `get_num_cpus()`,
+            `get_num_gpus()`, plus `capacity`, `running`, `base_resources`, `free()`.
         reallocate_to_running: accepted for Ray Tune compatibility; a trial's
             resources change at its next result, which is when Ray changes them too.
 
@@ -173,7 +61,7 @@ class ResourceChangingScheduler(TrialScheduler):
     def __init__(
         self,
         base_scheduler: TrialScheduler | None = None,
-        resources_allocation_function: AllocationFunction | None = None,
+        resources_allocation_function: AllocationFunction | None = DistributeResources(),  # noqa: B008
         reallocate_to_running: bool = False,
         *,
         metric: str | None = None,
@@ -186,8 +74,14 @@ class ResourceChangingScheduler(TrialScheduler):
             )
         if isinstance(base_scheduler, ResourceChangingScheduler):
             raise ValueError("ResourceChangingScheduler cannot wrap another one")
-        function = resources_allocation_function or DistributeResources()
-        if not callable(function):
+        function = resources_allocation_function
+        if function is None:
+            logger.warning(
+                "ResourceChangingScheduler(resources_allocation_function=None): no trial's "
+                "resources will ever change; pass an allocation function such as "
+                "DistributeResources()"
+            )
+        elif not callable(function):
             raise TypeError(
                 f"ResourceChangingScheduler: resources_allocation_function={function!r} "
                 "must be callable"
@@ -211,18 +105,45 @@ class ResourceChangingScheduler(TrialScheduler):
     def on_trial_add(self, trial: Trial) -> None:
         self.base.on_trial_add(trial)
 
+    @property
+    def base_trial_resources(self) -> PlacementGroupFactory | None:
+        """What each trial asked for (`tune.with_resources`); None before the run."""
+        if self._cluster is None:
+            return None
+        return PlacementGroupFactory.of(self._cluster.base_resources)
+
+    def reallocate_trial_resources_if_needed(
+        self, cluster: Cluster, trial: Trial, result: dict[str, Any]
+    ) -> PlacementGroupFactory | None:
+        """The allocation function's answer when it differs from what the trial holds."""
+        if self.allocate is None:
+            return None
+        proposed = self.allocate(cluster, trial, result, self)
+        if proposed is None:
+            return None
+        if isinstance(proposed, PlacementGroupFactory):
+            new = proposed.totals()
+        elif isinstance(proposed, Mapping):
+            new = normalize_resources(dict(proposed), "resources_allocation_function(...)")
+        else:
+            raise TypeError(
+                f"resources_allocation_function returned {proposed!r}: return a "
+                "PlacementGroupFactory, a dict such as {'CPU': 2, 'GPU': 0}, or None"
+            )
+        held = {"cpu": 0.0, "gpu": 0.0, **trial.resources}
+        if set(new) == set(held) and all(math.isclose(new[k], held[k]) for k in new):
+            return None
+        return PlacementGroupFactory.of(new)
+
     def on_trial_result(self, trial: Trial, result: dict[str, Any]) -> SchedulerDecision:
         decision = self.base.on_trial_result(trial, result)
         if decision is not Decision.CONTINUE or self._cluster is None:
             return decision
-        proposed = self.allocate(self._cluster, trial, result, self.base)
-        if proposed is None:
-            return decision
-        new = {**trial.resources, **{k: float(v) for k, v in proposed.items()}}
-        if all(math.isclose(new[k], trial.resources.get(k, 0.0)) for k in new):
+        new = self.reallocate_trial_resources_if_needed(self._cluster, trial, result)
+        if new is None:
             return decision
         self._resized[trial.trial_id] = None
-        return Resize(new)
+        return Resize(new.totals())
 
     def on_trial_complete(self, trial: Trial, result: dict[str, Any] | None) -> None:
         self._resized.pop(trial.trial_id, None)

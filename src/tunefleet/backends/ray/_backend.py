@@ -174,7 +174,7 @@ class RayBackend(PoolBackend[_Actor]):
     def _bundles(self, resources: dict[str, float]) -> PlacementGroupFactory | None:
         """The trial's placement group factory, unless it was resized since (one bundle then)."""
         placement = self._placement
-        if placement is None or shape_of(placement.required_resources()) != shape_of(resources):
+        if placement is None or shape_of(placement.totals()) != shape_of(resources):
             return None
         return placement
 
@@ -225,9 +225,10 @@ class RayBackend(PoolBackend[_Actor]):
             from ray.util.placement_group import placement_group
             from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-            bundles = [{ray_name(k): v for k, v in b.items()} for b in placement.bundles]
+            ours = placement.own_bundles()
+            bundles = [{ray_name(k): v for k, v in b.items()} for b in ours]
             group = placement_group(bundles, strategy=placement.strategy)
-            own = {"cpu": 0.0, **placement.bundles[0]}
+            own = {"cpu": 0.0, **({} if placement.head_bundle_is_empty else ours[0])}
         custom = {k: v for k, v in own.items() if k not in ("cpu", "gpu", "memory")}
         options: dict[str, Any] = {
             "num_cpus": own.get("cpu", 1.0),

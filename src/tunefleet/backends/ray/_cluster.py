@@ -50,9 +50,9 @@ class Nodes:
         nodes = list(self.alive.values())
         if group is None or group.strategy == "STRICT_PACK":
             return any(fits(resources, node) for node in nodes)
-        if group.strategy == "STRICT_SPREAD" and len(nodes) < len(group.bundles):
+        if group.strategy == "STRICT_SPREAD" and len(nodes) < len(group.own_bundles()):
             return False
-        return all(any(fits(b, node) for node in nodes) for b in group.bundles)
+        return all(any(fits(b, node) for node in nodes) for b in group.own_bundles())
 
     def largest(self) -> dict[str, float]:
         """The resources of the node with the most CPUs (for messages)."""
