@@ -7,6 +7,7 @@
     tunefleet run SCRIPT ...        tune a script in any language (docs/script_tuning.md)
     tunefleet dashboard [STORAGE]   a read-only web page of the experiments (docs/dashboard.md)
     tunefleet report EXP --out F    one self-contained HTML report of an experiment
+    tunefleet port PATH... [--write]  rewrite Ray Tune programs' imports (docs/from_ray_tune.md)
 
 EXP is an experiment name under the storage path (``--storage``, default
 ``$TUNEFLEET_STORAGE`` or ``~/tunefleet_results``) or a path to its directory.
@@ -107,6 +108,9 @@ def _parser() -> argparse.ArgumentParser:
     from tunefleet.cli.script import add_run_command
 
     add_run_command(sub)
+    from tunefleet.cli.port import add_port_command
+
+    add_port_command(sub)
     return parser
 
 

@@ -111,17 +111,16 @@ ATTRIBUTE_MODULES: frozenset[str] = frozenset(
     }
 )
 
-# Ray's cluster calls dropped when they only start a local Ray: trials run on this
-# machine without it.
-CLUSTER_CALLS: frozenset[str] = frozenset({"init", "shutdown"})
-
-# ray.init addresses that start a new local Ray (None: no address given, no RAY_ADDRESS).
+# `ray.init(...)` is dropped when it only starts a local Ray (trials run on this machine
+# without one): its address is one of these (None: no address given) and it passes
+# none of INIT_KEPT_KEYWORDS. `ray.shutdown()` is always dropped.
 LOCAL_ADDRESSES: frozenset[str | None] = frozenset({None, "local"})
+INIT_KEPT_KEYWORDS: frozenset[str] = frozenset({"runtime_env"})
 
 # Why a Ray name is left as is, by its first part after `ray.`.
 UNPORTED_REASONS: dict[str, str] = {
-    "init": "ray.init connects to a Ray cluster; tunefleet runs trials on this machine "
-    "(use RunConfig(backend='ray') for a cluster)",
+    "init": "ray.init with a cluster address or a runtime_env: tunefleet runs trials on "
+    "this machine (RunConfig(backend='ray') runs them on a Ray cluster)",
     "remote": "Ray core (tasks and actors) has no tunefleet counterpart",
     "get": "Ray core (object store) has no tunefleet counterpart",
     "put": "Ray core (object store) has no tunefleet counterpart",
