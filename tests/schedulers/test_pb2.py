@@ -303,7 +303,9 @@ def test_pb2_end_to_end_with_real_processes(storage: str, tmp_path: Path) -> Non
         tune.with_resources(growing, {"cpu": 0.5}),  # all four at once
         param_space={"x": tune.grid_search([0.0, 0.1, 0.3, 0.5]), **meeting(tmp_path, 4)},
         tune_config=tune.TuneConfig(
-            metric="score", mode="max", scheduler=pb2(perturbation_interval=3)
+            metric="score",
+            mode="max",
+            scheduler=pb2(perturbation_interval=3, metric=None, mode=None),
         ),
         run_config=tune.RunConfig(storage_path=storage, verbose=0),
     ).fit()
@@ -332,7 +334,7 @@ def test_pb2_improves_the_population_on_the_simulated_backend(tmp_path: Path, sy
         tune_config=tune.TuneConfig(
             metric="score",
             mode="max",
-            scheduler=pb2(perturbation_interval=4, synch=synch, seed=7),
+            scheduler=pb2(perturbation_interval=4, synch=synch, seed=7, metric=None, mode=None),
         ),
         run_config=tune.RunConfig(
             storage_path=str(tmp_path),

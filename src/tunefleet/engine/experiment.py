@@ -374,7 +374,13 @@ def _scheduler(tune_config: TuneConfig) -> TrialScheduler:
             f"TuneConfig.scheduler={scheduler!r} is not a tunefleet TrialScheduler "
             "(see tunefleet.schedulers)"
         )
-    scheduler.set_search_properties(tune_config.metric, tune_config.mode)
+    if not scheduler.set_search_properties(tune_config.metric, tune_config.mode):
+        raise ValueError(  # Ray Tune's rule and words
+            f"You passed metric={tune_config.metric!r} or mode={tune_config.mode!r} to "
+            f"TuneConfig(), but the scheduler {type(scheduler).__name__} was already given "
+            "its own metric and mode. Either remove the arguments from your scheduler or "
+            "from TuneConfig()."
+        )
     return scheduler
 
 

@@ -113,15 +113,26 @@ class TrialScheduler:
     #: True when the trial must wait for the decision on every result (a pausing
     #: or synchronous scheduler); False lets trials report without waiting.
     needs_sync_decisions: bool = False
+    _own_metric: bool = False
+    _own_mode: bool = False
 
     def __init__(self, *, metric: str | None = None, mode: str | None = None) -> None:
         if mode is not None and mode not in ("min", "max"):
             raise ValueError(f"mode={mode!r} is not valid: it must be 'min' or 'max'")
         self.metric = metric
         self.mode = mode
+        # given to the constructor (not filled in later by set_search_properties)
+        self._own_metric, self._own_mode = metric is not None, mode is not None
 
     def set_search_properties(self, metric: MetricSpec, mode: ModeSpec, **spec: Any) -> bool:
-        """The experiment's metric and mode; the scheduler's own, when given, win."""
+        """Take the experiment's metric and mode; False (Ray's answer) when the scheduler
+        has its own and the experiment names one too. With several objectives in the
+        experiment, a single-metric scheduler's own metric and mode are used instead."""
+        several = isinstance(metric, (list, tuple)) or isinstance(mode, (list, tuple))
+        if not several and (
+            (self._own_metric and metric is not None) or (self._own_mode and mode is not None)
+        ):
+            return False
         owner = type(self).__name__
         self.metric, self.mode = fill_objective(owner, self.metric, self.mode, metric, mode)
         return True

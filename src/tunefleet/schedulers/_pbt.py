@@ -135,7 +135,8 @@ class PopulationBasedTraining(TrialScheduler):
         self._planned: dict[str, tuple[str, dict[str, Any]]] = {}
 
     def set_search_properties(self, metric: MetricSpec, mode: ModeSpec, **spec: Any) -> bool:
-        super().set_search_properties(metric, mode, **spec)
+        if not super().set_search_properties(metric, mode, **spec):
+            return False
         if self.metric is None or self.mode is None:
             raise ValueError(
                 f"{type(self).__name__} needs metric and mode (give them to it or to TuneConfig)"

@@ -95,8 +95,10 @@ class ResourceChangingScheduler(TrialScheduler):
         self._resized: dict[str, None] = {}  # paused to change resources: resumed first
 
     def set_search_properties(self, metric: MetricSpec, mode: ModeSpec, **spec: Any) -> bool:
-        self.base.set_search_properties(metric, mode, **spec)
-        return super().set_search_properties(metric, mode, **spec)
+        if not self.base.set_search_properties(metric, mode, **spec):
+            return False
+        self.metric, self.mode = self.base.metric, self.base.mode
+        return True
 
     def set_cluster(self, cluster: Cluster) -> None:
         self._cluster = cluster
