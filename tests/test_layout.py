@@ -54,6 +54,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "tunefleet.results",
             "tunefleet.integration",
             "tunefleet.script",
+            "tunefleet.utils",  # Ray's example trainables (tune.utils.mock_trainable)
         ],
     ),
     ("engine", ["tunefleet.engine"]),
@@ -74,9 +75,11 @@ PINNED_EXPORTS: dict[str, set[str]] = {
         "CSVLoggerCallback",
         "Callback",
         "JsonLoggerCallback",
+        "LoggerCallback",
         "MLflowLoggerCallback",
         "TBXLoggerCallback",
         "WandbLoggerCallback",
+        "setup_mlflow",
         "setup_wandb",
     },
     "tunefleet.checkpoint": {"Checkpoint", "CheckpointWriteError"},
@@ -97,6 +100,7 @@ PINNED_EXPORTS: dict[str, set[str]] = {
     },
     "tunefleet.integration.keras": {"TuneReportCallback", "TuneReportCheckpointCallback"},
     "tunefleet.integration.lightgbm": {"TuneReportCallback", "TuneReportCheckpointCallback"},
+    "tunefleet.integration.mlflow": {"MLflowLoggerCallback", "setup_mlflow"},
     "tunefleet.integration.lightning": {
         "TuneCallback",
         "TuneReportCallback",
@@ -109,7 +113,13 @@ PINNED_EXPORTS: dict[str, set[str]] = {
     },
     "tunefleet.integration.wandb": {"WandbLoggerCallback", "setup_wandb"},
     "tunefleet.integration.xgboost": {"TuneReportCallback", "TuneReportCheckpointCallback"},
-    "tunefleet.logger": {"CSVLoggerCallback", "JsonLoggerCallback", "TBXLoggerCallback"},
+    "tunefleet.logger": {
+        "CSVLoggerCallback",
+        "JsonLoggerCallback",
+        "LoggerCallback",
+        "TBXLoggerCallback",
+        "pretty_print",
+    },
     "tunefleet.resources": {"PlacementGroupFactory"},
     "tunefleet.result": {
         "DONE",

@@ -17,7 +17,7 @@ from typing import IO, Any
 
 from tunefleet._metrics import flatten
 from tunefleet._redact import redact
-from tunefleet.callbacks._base import Callback
+from tunefleet.callbacks._base import LoggerCallback
 from tunefleet.trial import Trial
 
 _FLUSH_EVERY_S = 1.0  # files are flushed at most this often while trials run
@@ -44,24 +44,7 @@ def numeric_metrics(result: dict[str, Any]) -> dict[str, float]:
     return out
 
 
-class TrialEndCallback(Callback):
-    """A callback that does one thing when a trial ends, whether it finished or failed."""
-
-    def _trial_ended(self, trial: Trial, failed: bool) -> None:
-        raise NotImplementedError
-
-    def on_trial_complete(
-        self, iteration: int, trials: list[Trial], trial: Trial, **info: Any
-    ) -> None:
-        self._trial_ended(trial, failed=False)
-
-    def on_trial_error(
-        self, iteration: int, trials: list[Trial], trial: Trial, **info: Any
-    ) -> None:
-        self._trial_ended(trial, failed=True)
-
-
-class _PerTrialFiles(TrialEndCallback):
+class _PerTrialFiles(LoggerCallback):
     """Opens a file per trial on its first start or result, closes it when it ends."""
 
     filename = ""
@@ -88,17 +71,13 @@ class _PerTrialFiles(TrialEndCallback):
         if handle is not None:
             handle.close()
 
-    def _trial_ended(self, trial: Trial, failed: bool) -> None:
+    def log_trial_end(self, trial: Trial, failed: bool = False) -> None:
         self._close(trial)
 
-    def on_trial_start(
-        self, iteration: int, trials: list[Trial], trial: Trial, **info: Any
-    ) -> None:
+    def log_trial_start(self, trial: Trial) -> None:
         self._open(trial)
 
-    def on_trial_restore(
-        self, iteration: int, trials: list[Trial], trial: Trial, **info: Any
-    ) -> None:
+    def log_trial_restore(self, trial: Trial) -> None:
         self._open(trial)
 
     def on_step_end(self, iteration: int, trials: list[Trial], **info: Any) -> None:
@@ -124,14 +103,7 @@ class JsonLoggerCallback(_PerTrialFiles):
         with open(params, "w", encoding="utf-8") as f:
             f.write(_json(redact(trial.config)))
 
-    def on_trial_result(
-        self,
-        iteration: int,
-        trials: list[Trial],
-        trial: Trial,
-        result: dict[str, Any],
-        **info: Any,
-    ) -> None:
+    def log_trial_result(self, iteration: int, trial: Trial, result: dict[str, Any]) -> None:
         self._open(trial).write(_json(redact(result)) + "\n")
 
 
@@ -151,14 +123,7 @@ class CSVLoggerCallback(_PerTrialFiles):
     def _opened(self, trial: Trial, handle: IO[str]) -> None:
         self._writers.pop(trial.trial_id, None)  # made with the first result
 
-    def on_trial_result(
-        self,
-        iteration: int,
-        trials: list[Trial],
-        trial: Trial,
-        result: dict[str, Any],
-        **info: Any,
-    ) -> None:
+    def log_trial_result(self, iteration: int, trial: Trial, result: dict[str, Any]) -> None:
         handle = self._open(trial)
         row = flatten(redact(result))
         writer = self._writers.get(trial.trial_id)

@@ -13,7 +13,8 @@ from typing import Any
 
 from tunefleet._metrics import flatten
 from tunefleet._redact import redact
-from tunefleet.callbacks._files import TrialEndCallback, numeric_metrics
+from tunefleet.callbacks._base import LoggerCallback
+from tunefleet.callbacks._files import numeric_metrics
 from tunefleet.trial import Trial
 
 
@@ -22,7 +23,7 @@ def _hparam(value: Any) -> Any:
     return value if isinstance(value, (bool, int, float, str)) else str(value)
 
 
-class TBXLoggerCallback(TrialEndCallback):
+class TBXLoggerCallback(LoggerCallback):
     """TensorBoard scalars per trial and the HParams dashboard, via tensorboardX."""
 
     def __init__(self) -> None:
@@ -36,14 +37,7 @@ class TBXLoggerCallback(TrialEndCallback):
         self._writers: dict[str, Any] = {}
         self._last: dict[str, dict[str, float]] = {}
 
-    def on_trial_result(
-        self,
-        iteration: int,
-        trials: list[Trial],
-        trial: Trial,
-        result: dict[str, Any],
-        **info: Any,
-    ) -> None:
+    def log_trial_result(self, iteration: int, trial: Trial, result: dict[str, Any]) -> None:
         writer = self._writers.get(trial.trial_id)
         if writer is None:
             writer = self._writer_class(logdir=trial.path, flush_secs=5)
@@ -54,7 +48,7 @@ class TBXLoggerCallback(TrialEndCallback):
             writer.add_scalar(f"ray/tune/{key}", value, global_step=step)
         self._last[trial.trial_id] = numbers
 
-    def _trial_ended(self, trial: Trial, failed: bool) -> None:
+    def log_trial_end(self, trial: Trial, failed: bool = False) -> None:
         writer = self._writers.pop(trial.trial_id, None)
         last = self._last.pop(trial.trial_id, None)
         if writer is None:

@@ -17,7 +17,8 @@ from typing import Any
 
 from tunefleet._metrics import json_data
 from tunefleet._redact import redact, remember
-from tunefleet.callbacks._files import TrialEndCallback, numeric_metrics
+from tunefleet.callbacks._base import LoggerCallback
+from tunefleet.callbacks._files import numeric_metrics
 from tunefleet.storage.checkpoint import Checkpoint
 from tunefleet.storage.paths import is_url
 from tunefleet.trial import Trial
@@ -85,7 +86,7 @@ def _experiment_name(trial: Trial) -> str:
     return os.path.basename(os.path.dirname(os.path.dirname(trial.path)))
 
 
-class WandbLoggerCallback(TrialEndCallback):
+class WandbLoggerCallback(LoggerCallback):
     """Logs each trial as a Weights & Biases run.
 
     Args:
@@ -162,24 +163,13 @@ class WandbLoggerCallback(TrialEndCallback):
     def _excluded(self, key: str) -> bool:
         return any(key == name or key.startswith(f"{name}/") for name in self._excludes)
 
-    def on_trial_start(
-        self, iteration: int, trials: list[Trial], trial: Trial, **info: Any
-    ) -> None:
+    def log_trial_start(self, trial: Trial) -> None:
         self._run(trial)
 
-    def on_trial_restore(
-        self, iteration: int, trials: list[Trial], trial: Trial, **info: Any
-    ) -> None:
+    def log_trial_restore(self, trial: Trial) -> None:
         self._run(trial)
 
-    def on_trial_result(
-        self,
-        iteration: int,
-        trials: list[Trial],
-        trial: Trial,
-        result: dict[str, Any],
-        **info: Any,
-    ) -> None:
+    def log_trial_result(self, iteration: int, trial: Trial, result: dict[str, Any]) -> None:
         run = self._run(trial)
         if self._log_config:
             config = _plain(trial.config)
@@ -209,7 +199,7 @@ class WandbLoggerCallback(TrialEndCallback):
             artifact.add_dir(checkpoint.path)
         run.log_artifact(artifact)
 
-    def _trial_ended(self, trial: Trial, failed: bool) -> None:
+    def log_trial_end(self, trial: Trial, failed: bool = False) -> None:
         run = self._runs.pop(trial.trial_id, None)
         self._configs.pop(trial.trial_id, None)
         if run is None:

@@ -112,7 +112,11 @@ class Controller:
     # -- the loop ------------------------------------------------------------------------
     def run(self) -> None:
         for cb in self.callbacks:
-            cb.setup(stop=self.stopper, num_samples=self.spec.num_samples)
+            cb.setup(
+                stop=self.stopper,
+                num_samples=self.spec.num_samples,
+                total_num_samples=self._total,
+            )
         with CtrlC() as ctrl_c:
             self._ctrl_c = ctrl_c
             try:
@@ -379,6 +383,7 @@ class Controller:
             self.store.mark_checkpoint_deleted(old)
         self._commits.delete_later(dropped)  # after the store has recorded the new one
         for cb in self.callbacks:
+            cb.on_trial_save(self.iteration, self.trial_list, trial)
             cb.on_checkpoint(self.iteration, self.trial_list, trial, Checkpoint(path))
 
     def _on_finished(self, trial: Trial, event: Finished) -> None:
@@ -432,6 +437,8 @@ class Controller:
             trial.error = failure
             self._set_status(trial, TrialStatus.PENDING)
             self.waiting.add(trial)
+            for cb in self.callbacks:
+                cb.on_trial_recover(self.iteration, self.trial_list, trial)
             logger.warning(
                 "Trial %s failed (%s); retrying (attempt %d) from %s",
                 trial.trial_id,
