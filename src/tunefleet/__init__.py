@@ -59,7 +59,7 @@ _LAZY = {
 # Ray Tune's sub-modules, reached as attributes (`tune.search.OptunaSearch`) as after
 # `from ray import tune`; each is imported on first use, so `import tunefleet` stays light.
 _SUBMODULES = frozenset(
-    {"search", "schedulers", "stopper", "stoppers", "logger", "callbacks", "integration"}
+    {"search", "schedulers", "stopper", "stoppers", "logger", "callbacks", "integration", "utils"}
 )
 
 
