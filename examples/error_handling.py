@@ -4,7 +4,8 @@ Four trials of one trainable, chosen by ``mode``:
 
 - ``ok``: trains and ends TERMINATED;
 - ``raises``: raises ``ValueError`` at iteration 3 -> ERROR, EXCEPTION with the traceback;
-- ``nan``: reports a NaN loss -> ERROR, NAN_METRIC naming the key and the iteration;
+- ``nan``: reports a NaN loss -> ERROR, NAN_METRIC naming the key and the iteration
+  (``nan_policy="error"``; by default, as in Ray Tune, it is recorded and flagged);
 - ``oom``: allocates past its declared memory (``{"memory": "300MB"}``) -> ERROR, OOM
   with the trial's peak and limit; the other trials keep running.
 
@@ -48,7 +49,11 @@ def main(argv: list[str] | None = None) -> None:
         tune.with_resources(train, {"cpu": 1, "memory": "300MB"}),
         param_space={"mode": tune.grid_search(["ok", "raises", "nan", "oom"])},
         tune_config=tune.TuneConfig(metric="loss", mode="min", max_concurrent_trials=2),
-        run_config=tune.RunConfig(storage_path=args.storage_path, verbose=1),
+        run_config=tune.RunConfig(
+            storage_path=args.storage_path,
+            verbose=1,
+            failure_config=tune.FailureConfig(nan_policy="error"),
+        ),
     ).fit()
     for result in grid:
         cause = "finished" if result.error is None else str(result.error)

@@ -122,6 +122,7 @@ PINNED_EXPORTS: dict[str, set[str]] = {
     },
     "tunefleet.resources": {"PlacementGroupFactory"},
     "tunefleet.result": {
+        "DEFAULT_METRIC",
         "DONE",
         "ITERATIONS_SINCE_RESTORE",
         "PID",

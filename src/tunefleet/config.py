@@ -83,9 +83,12 @@ class FailureConfig:
             and fails as TIMEOUT; None: no limit.
         heartbeat_timeout_s: an attempt that reports nothing for this long is killed
             and fails as TIMEOUT; None: no limit.
-        nan_policy: what a NaN or infinite value of the metric does: "error" (the
-            trial fails as NAN_METRIC, naming the key and iteration) or "worst" (the
-            result is recorded, and searchers and schedulers see the worst value).
+        nan_policy: what a NaN or infinite value of the metric does: "worst" (the
+            default, as in Ray Tune the result is recorded and the trial goes on;
+            searchers and schedulers see the worst finite value seen instead, it never
+            ranks best, and the progress table, summary, ``tunefleet show`` and the
+            dashboard flag it) or "error" (the trial fails as NAN_METRIC, naming the
+            key and iteration).
         memory_usage_threshold: the node memory watcher kills the newest trial when
             the machine's memory in use goes above this fraction (Ray's default 0.95).
         node_loss_counts: whether a trial that failed because its node was lost
@@ -98,7 +101,7 @@ class FailureConfig:
     fail_fast: bool | str = False
     trial_timeout_s: float | None = None
     heartbeat_timeout_s: float | None = None
-    nan_policy: str = "error"
+    nan_policy: str = "worst"
     memory_usage_threshold: float = 0.95
     node_loss_counts: bool = False
 

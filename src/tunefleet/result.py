@@ -17,8 +17,10 @@ TIMESTAMP = "timestamp"  # seconds since the epoch, as an int
 TRIAL_ID = "trial_id"
 PID = "pid"  # the process the trial runs in
 DONE = "done"  # True: the trial is finished (a result may set it to end the trial)
+DEFAULT_METRIC = "_metric"  # the key of a number a function trainable returns
 
 __all__ = [
+    "DEFAULT_METRIC",
     "DONE",
     "ITERATIONS_SINCE_RESTORE",
     "PID",

@@ -111,7 +111,11 @@ def test_nan_in_any_objective_fails_the_trial(storage: str) -> None:
         nan_latency,
         param_space={"x": tune.grid_search([1, 2, 3])},
         tune_config=tune.TuneConfig(metric=["loss", "latency"], mode="min"),
-        run_config=tune.RunConfig(storage_path=storage, verbose=0),
+        run_config=tune.RunConfig(
+            storage_path=storage,
+            verbose=0,
+            failure_config=tune.FailureConfig(nan_policy="error"),  # the default is "worst"
+        ),
     ).fit()
     errors = {r.config["x"]: r.error for r in grid}
     assert errors[1] is None and errors[3] is None

@@ -300,3 +300,27 @@ def test_max_report_frequency_sets_the_log_period(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     status = [line for line in proc.stdout.splitlines() if line.startswith("[0:")]
     assert len(status) >= 3, proc.stdout  # a run of ~2.5 s, a line every 0.5 s
+
+
+def test_trials_that_reported_nan_are_marked_and_counted() -> None:
+    trials = _sample()
+    trials[0].last_result = {"loss": float("nan"), "training_iteration": 5}
+    progress = RunProgress(
+        trials,
+        elapsed_s=600.0,
+        total=20,
+        budget_s=None,
+        non_finite={"t0000": "loss", "t0003": "loss"},
+    )
+    reporter = StatusReporter(verbose=1, metric="loss", mode="min", out=io.StringIO())
+    snap = reporter.snapshot(progress)
+    assert snap.best is not None and snap.best.trial_id == "t0020"  # NaN never best
+    cells = {row.trial_id: row.metrics["loss"] for row in snap.running}
+    assert cells["t0000"] == f"nan {view.NON_FINITE_MARK}"
+    assert cells["t0003"].endswith(f" {view.NON_FINITE_MARK}") and "nan" not in cells["t0003"]
+    assert not cells["t0001"].endswith(view.NON_FINITE_MARK)
+    assert "| 2 trials reported NaN/inf" in snap.headline()
+    note = "2 trials reported NaN or inf (loss): recorded, never ranked best: t0000, t0003"
+    assert note in view.html_view(snap)
+    summary = reporter.summary(trials, "/x", None, progress.non_finite)
+    assert note in summary and "Best trial t0020" in summary

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import glob
 import inspect
+import numbers
 import os
 import shutil
 import signal
@@ -41,6 +42,7 @@ from tunefleet.backends._protocol import (
     TrialResults,
     WorkerSetup,
 )
+from tunefleet.result import DEFAULT_METRIC
 from tunefleet.session import StopTrial, TrialSession, TuneContext
 from tunefleet.trial import FailureKind, FailureRecord
 
@@ -149,7 +151,8 @@ class TrialLoop:
             if inspect.isclass(self._inner):
                 self._run_class(launch, session)
             else:
-                self._inner(reveal(launch.config), **self._params)  # tune.Secret unwrapped
+                output = self._inner(reveal(launch.config), **self._params)  # Secret unwrapped
+                _report_output(output, self._inner, session)
             outcome = TrialFinished(trial_id, epoch, FinishHow.RETURNED, None)
         except StopTrial as stop:
             how = FinishHow.PAUSED if stop.pause else FinishHow.STOPPED
@@ -229,6 +232,34 @@ class TrialLoop:
                 self._instance.cleanup()
             finally:
                 self._instance = None
+
+
+def _report_output(output: Any, function: Any, session: TrialSession) -> None:
+    """What a function trainable returned (or yielded, a generator) is reported, as in
+    Ray Tune: a dict as one more result, a number as ``{DEFAULT_METRIC: number}``."""
+    if inspect.isgenerator(output):
+        for item in output:
+            _report_output(item, function, session)
+        return
+    metrics = _returned_metrics(output, getattr(function, "__name__", "the trainable"))
+    if metrics is not None:
+        session.report(metrics, None)
+
+
+def _returned_metrics(output: Any, name: str) -> dict[str, Any] | None:
+    if isinstance(output, dict):
+        return output or None  # an empty dict reports nothing, as in Ray Tune
+    if isinstance(output, bool):
+        return {DEFAULT_METRIC: output} if output else None  # Ray Tune: a bool is a number
+    if isinstance(output, numbers.Number):
+        return {DEFAULT_METRIC: output}  # 0 too (Ray Tune drops a falsy return value)
+    if output is None or (isinstance(output, (str, list, tuple, set)) and not output):
+        return None
+    raise ValueError(
+        f"{name}() returned a {type(output).__name__}: a function trainable may return "
+        f"(or yield) a dict of metrics, a single number (reported as {DEFAULT_METRIC!r}) "
+        "or None"
+    )
 
 
 def _save_class_state(instance: Any, directory: str) -> None:

@@ -27,6 +27,7 @@ from typing import Any
 
 from tunefleet._metrics import flatten, metric_value
 from tunefleet._redact import redact_text
+from tunefleet.progress.view import NON_FINITE_MARK, non_finite_note
 from tunefleet.results import SCOPES, ResultGrid
 from tunefleet.store import (
     StoreReader,
@@ -183,16 +184,23 @@ def _show(args: argparse.Namespace) -> int:
         headers += [f"LAST {metric}", f"BEST {metric}"]
     headers.append("CONFIG")
     rows = []
+    flagged: dict[str, str] = {}  # trials that reported a NaN or infinite metric
     for trial in trials:
         row = [trial.trial_id, trial.status.value, str(trial.iteration)]
         if metric:
             values = [metric_value(r, metric) for r in history.get(trial.trial_id, [])]
             found = [v for v in values if v is not None]
-            row += [_fmt(found[-1] if found else None), _fmt(_best_of(found, mode))]
+            mark = ""
+            if any(not math.isfinite(v) for v in found):
+                flagged[trial.trial_id] = metric
+                mark = f" {NON_FINITE_MARK}"
+            row += [_fmt(found[-1] if found else None) + mark, _fmt(_best_of(found, mode))]
         row.append(_short_config(trial.config))
         rows.append(row)
     print()
     print(_table(headers, rows, right={2, 3, 4} if metric else {2}))
+    if flagged:
+        print(non_finite_note(flagged, list(flagged)))
     return 0
 
 

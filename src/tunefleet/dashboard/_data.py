@@ -130,6 +130,7 @@ def experiment_view(path: Path) -> dict[str, Any]:
         "params": params,
         "metric_keys": metric_keys,
         "best": best,
+        "non_finite_trials": sum(bool(row["non_finite"]) for row in rows),
         "failures": _failures(trials, failed_events),
         "scheduler": scheduler,
     }
@@ -174,10 +175,13 @@ def _trial_row(
     last = trial.last_result or {}
     metrics = {k: v for k, v in flatten(last).items() if as_number(v) is not None}
     best: dict[str, float | None] = {}
+    non_finite = []  # objectives this trial reported NaN or infinite (flagged on the page)
     for metric, mode in goals:
         values = [metric_value(r, metric) for r in results]
         finite = [v for v in values if v is not None and math.isfinite(v)]
         best[metric] = (max(finite) if mode == "max" else min(finite)) if finite else None
+        if len(finite) < sum(v is not None for v in values):
+            non_finite.append(metric)
     return {
         "trial_id": trial.trial_id,
         "name": trial.name,
@@ -187,6 +191,7 @@ def _trial_row(
         "config": flatten(redact(trial.config)),
         "metrics": metrics,
         "best": best,
+        "non_finite": non_finite,
         "stop_reason": trial.stop_reason,
         "error": trial.error.one_line() if trial.error else None,
         "attempt": trial.attempt,

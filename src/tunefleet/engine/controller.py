@@ -170,7 +170,13 @@ class Controller:
 
     def progress(self) -> RunProgress:
         """What the live view shows of the run now."""
-        return RunProgress(self.trial_list, self.elapsed(), self._total, self.spec.time_budget_s)
+        return RunProgress(
+            self.trial_list,
+            self.elapsed(),
+            self._total,
+            self.spec.time_budget_s,
+            non_finite=self._filter.non_finite,
+        )
 
     def is_finished(self) -> bool:
         if self.running:

@@ -31,7 +31,7 @@ class ExperimentSpec:
     fail_fast: bool | str = False
     trial_timeout_s: float | None = None
     heartbeat_timeout_s: float | None = None
-    nan_policy: str = "error"
+    nan_policy: str = "worst"
     constraints: list[str] = field(default_factory=list)  # reported names, feasible <= 0
     elapsed_before_s: float = 0.0  # run time of earlier drivers of this experiment (resume)
     restart_from_scratch: set[str] = field(default_factory=set)  # resume: ignore checkpoints

@@ -2,7 +2,9 @@
 
 The store and callbacks get each result as reported; `ObjectiveFilter` decides what
 the algorithms get under `FailureConfig.nan_policy`, and remembers the worst finite
-value of each objective for ``nan_policy="worst"``.
+value of each objective for ``nan_policy="worst"`` (the default: as in Ray Tune the
+trial goes on) and which trials reported a non-finite objective (flagged in the
+progress table and the summary).
 """
 
 from __future__ import annotations
@@ -63,6 +65,8 @@ class ObjectiveFilter:
         self.nan_policy = nan_policy
         self._worst: dict[str, float] = {}  # worst finite value per objective
         self._missing_warned: set[str] = set()  # trials warned about a missing objective
+        # trial id -> the first non-finite objective it reported (flagged, warned once)
+        self.non_finite: dict[str, str] = {}
 
     def for_algorithms(
         self, trial_id: str, result: dict[str, Any]
@@ -83,6 +87,7 @@ class ObjectiveFilter:
                 self._note_worst(metric, mode, value)
                 continue
             if self.nan_policy == "worst":
+                self._flag(trial_id, metric, value, result)
                 worst = self._worst.get(metric)
                 if worst is None:
                     return None
@@ -90,6 +95,19 @@ class ObjectiveFilter:
                 continue
             return NanObjective(metric, value)
         return seen
+
+    def _flag(self, trial_id: str, metric: str, value: float, result: dict[str, Any]) -> None:
+        if trial_id in self.non_finite:
+            return
+        self.non_finite[trial_id] = metric
+        logger.warning(
+            "Trial %s reported %s=%s at iteration %s: recorded, and ranked as the worst "
+            "value (FailureConfig.nan_policy='worst'; 'error' would fail the trial)",
+            trial_id,
+            metric,
+            value,
+            result.get("training_iteration"),
+        )
 
     def clean(self, result: dict[str, Any] | None) -> dict[str, Any] | None:
         """The result for a searcher: None unless every objective is present and finite."""

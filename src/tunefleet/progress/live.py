@@ -17,8 +17,8 @@ import math
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from tunefleet._metrics import (
@@ -84,6 +84,8 @@ class RunProgress:
     elapsed_s: float  # the experiment's run time, over all its drivers (resumes included)
     total: int | None  # trials the run will make, when known
     budget_s: float | None  # the time budget, when set
+    # trial id -> the objective it reported NaN or infinite (recorded, ranked worst)
+    non_finite: Mapping[str, str] = field(default_factory=dict)
 
 
 class StatusReporter:
@@ -155,6 +157,7 @@ class StatusReporter:
             best=self.best(trials),
             failed_order=self._failed_order,
             options=self.options,
+            non_finite=progress.non_finite,
         )
 
     def status_line(self, trials: list[Trial]) -> str:
@@ -223,7 +226,11 @@ class StatusReporter:
         return min(scored)[2] if scored else None
 
     def summary(
-        self, trials: list[Trial], experiment_path: str, stop_reason: StopCause | str | None
+        self,
+        trials: list[Trial],
+        experiment_path: str,
+        stop_reason: StopCause | str | None,
+        non_finite: Mapping[str, str] | None = None,
     ) -> str:
         counts = Counter(t.status.value for t in trials)
         lines = [
@@ -241,6 +248,8 @@ class StatusReporter:
                 f" (last result, mode={self.mode})"
             )
             lines.append(f"  config: {redact(best.config)}")
+        if non_finite:
+            lines.append(view.non_finite_note(non_finite, list(non_finite)))
         if len(self.objectives) > 1:
             lines.extend(self._front_lines(trials))
         failed = [t for t in trials if t.status is TrialStatus.ERROR]
@@ -276,7 +285,8 @@ class StatusReporter:
         if self._rich is not None:
             self._rich.stop()
             self._rich = None
-        self._print(self.summary(trials, experiment_path, stop_reason))
+        flagged = progress.non_finite if progress is not None else None
+        self._print(self.summary(trials, experiment_path, stop_reason, flagged))
 
     def _front_lines(self, trials: list[Trial]) -> list[str]:
         names = ", ".join(f"{m} ({d})" for m, d in self.objectives)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import html
 import math
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +21,8 @@ from tunefleet.progress.reporters import ViewOptions
 from tunefleet.trial import Trial, TrialStatus
 
 MAX_METRIC_COLUMNS = 4
+NON_FINITE_MARK = "!"  # on the metric cell of a trial that reported NaN or inf
+_NAMED_TRIALS = 5
 _CONFIG_CHARS = 60
 _CAUSE_CHARS = 100
 # Keys every result carries: shown as columns of their own or not at all.
@@ -73,6 +76,7 @@ class Snapshot:
     failures: list[tuple[str, str]] = field(default_factory=list)  # (trial id, cause)
     more_failures: int = 0
     headers: dict[str, str] = field(default_factory=dict)  # column -> header shown
+    non_finite: dict[str, str] = field(default_factory=dict)  # trial id -> its NaN metric
 
     def header(self, column: str) -> str:
         return self.headers.get(column, column)
@@ -107,6 +111,7 @@ class Snapshot:
         best: Trial | None,
         failed_order: list[str],
         options: ViewOptions | None = None,
+        non_finite: Mapping[str, str] | None = None,
     ) -> Snapshot:
         opts = options or ViewOptions()
         counts = Counter(t.status.value for t in trials)
@@ -118,6 +123,7 @@ class Snapshot:
             metric=metric,
             mode=mode,
             headers=dict(opts.aliases),
+            non_finite=dict(non_finite or {}),
         )
         running = [t for t in trials if t.status is TrialStatus.RUNNING]
         snap.metric_columns = (
@@ -127,11 +133,11 @@ class Snapshot:
         )
         params = opts.parameter_columns
         if best is not None and best.last_result is not None and metric:
-            snap.best = _row(best, snap.metric_columns, params)
+            snap.best = _row(best, snap.metric_columns, params, snap.non_finite)
             snap.best_value = _num(metric_value(best.last_result, metric))
         order = _by_metric(metric, mode) if opts.sort_by_metric and metric else _by_index
         shown = sorted(running, key=order)[: opts.max_running_rows]
-        snap.running = [_row(t, snap.metric_columns, params) for t in shown]
+        snap.running = [_row(t, snap.metric_columns, params, snap.non_finite) for t in shown]
         snap.more_running = len(running) - len(shown)
         by_id = {t.trial_id: t for t in trials}
         recent = [by_id[i] for i in reversed(failed_order) if i in by_id]
@@ -150,7 +156,31 @@ class Snapshot:
             line += f" | {duration(self.remaining_s)} of the time budget left"
         if self.best is not None:
             line += f" | best {self.metric}={self.best_value} ({self.best.trial_id})"
+        if self.non_finite:
+            line += f" | {_trials(len(self.non_finite))} reported NaN/inf"
         return line
+
+    def nan_note(self) -> str | None:
+        """The line under the table counting the trials that reported NaN or inf."""
+        if not self.non_finite:
+            return None
+        running = {row.trial_id for row in self.running}
+        return non_finite_note(self.non_finite, [t for t in self.non_finite if t in running])
+
+
+def non_finite_note(flagged: Mapping[str, str], named: list[str]) -> str:
+    """``3 trials reported NaN or inf (loss): recorded, never ranked best: t1, t2``."""
+    metrics = ", ".join(sorted(set(flagged.values())))
+    text = f"{NON_FINITE_MARK} {_trials(len(flagged))} reported NaN or inf ({metrics}): "
+    text += "recorded, never ranked best"
+    if named:
+        more = len(named) - _NAMED_TRIALS
+        text += ": " + ", ".join(named[:_NAMED_TRIALS]) + (f" and {more} more" if more > 0 else "")
+    return text
+
+
+def _trials(n: int) -> str:
+    return f"{n} trial" if n == 1 else f"{n} trials"
 
 
 def _metric_columns(trials: list[Trial], metric: str | None) -> list[str]:
@@ -181,13 +211,20 @@ def _by_metric(metric: str, mode: str | None) -> Any:
     return key
 
 
-def _row(trial: Trial, columns: list[str], params: list[str] | None) -> Row:
+def _row(
+    trial: Trial, columns: list[str], params: list[str] | None, non_finite: dict[str, str]
+) -> Row:
     result = trial.last_result or {}
+    flagged = non_finite.get(trial.trial_id)
     return Row(
         trial_id=trial.trial_id,
         status=trial.status.value,
         iteration=trial.iteration,
-        metrics={name: _num(metric_value(result, name)) for name in columns},
+        metrics={
+            name: _num(metric_value(result, name))
+            + (f" {NON_FINITE_MARK}" if name == flagged else "")
+            for name in columns
+        },
         config=_short(_config_text(trial.config, params), _CONFIG_CHARS),
     )
 
@@ -294,6 +331,9 @@ def rich_view(snap: Snapshot) -> Any:
         if snap.more_running:
             table.add_row(f"… {snap.more_running} more", "")
         parts.append(table)
+    note = snap.nan_note()
+    if note is not None:
+        parts.append(Text(note, style="yellow"))
     for trial_id, cause in snap.failures:
         parts.append(Text.assemble(("failed ", "bold red"), (f"{trial_id}: ", "red"), cause))
     if snap.more_failures:
@@ -333,6 +373,9 @@ def html_view(snap: Snapshot) -> str:
         out.append("</table>")
         if snap.more_running:
             out.append(f"… {snap.more_running} more running")
+    note = snap.nan_note()
+    if note is not None:
+        out.append(f'<br><span style="color:#b60">{e(note)}</span>')
     for trial_id, cause in snap.failures:
         out.append(f'<br><span style="color:#c00">failed {e(trial_id)}: {e(cause)}</span>')
     if snap.more_failures:

@@ -251,6 +251,11 @@
       fact("best", v.best ? v.best.metric + " = " + fmt(v.best.value) + " (" +
         v.best.trial_id + ")" : "-"), fact("started", when(m.created_at)),
       fact("last update", when(v.last_update))));
+    if (v.non_finite_trials) {
+      node.appendChild(h("p", { class: "nan-note", text: "\u26a0 " + v.non_finite_trials +
+        (v.non_finite_trials === 1 ? " trial" : " trials") +
+        " reported NaN or inf (marked \u26a0): recorded, never ranked best" }));
+    }
     if (m.stop_reason) node.appendChild(h("p", { class: "muted", text: "Stopped: " + m.stop_reason }));
   }
 
@@ -272,7 +277,9 @@
       { key: "iteration", label: "Iter", get: (t) => t.iteration, num: true }];
     for (const o of v.objectives) {
       cols.push({ key: "last:" + o.metric, label: o.metric, num: true,
-        get: (t) => t.metrics[o.metric] });
+        get: (t) => t.metrics[o.metric], cell: (t) => (t.non_finite || []).includes(o.metric) ?
+          h("span", { class: "nan", title: "reported NaN or inf",
+            text: fmt(t.metrics[o.metric]) + " \u26a0" }) : fmt(t.metrics[o.metric]) });
       cols.push({ key: "best:" + o.metric, label: "best " + o.metric, num: true,
         get: (t) => t.best[o.metric] });
     }
