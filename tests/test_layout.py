@@ -249,6 +249,8 @@ PINNED_EXPORTS: dict[str, set[str]] = {
     "tunefleet.trainable": {"Trainable", "with_parameters", "with_resources"},
     "tunefleet.trial": {"FailureKind", "FailureRecord", "StopCause", "Trial", "TrialStatus"},
     "tunefleet.tuner": {"TuneError", "Tuner", "run"},
+    "tunefleet.utils": {"flatten_dict", "unflatten_dict"},
+    "tunefleet.utils.mock_trainable": {"MyTrainableClass"},
 }
 
 
