@@ -126,6 +126,7 @@ PINNED_EXPORTS: dict[str, set[str]] = {
         "DONE",
         "ITERATIONS_SINCE_RESTORE",
         "PID",
+        "SHOULD_CHECKPOINT",
         "TIMESTAMP",
         "TIME_SINCE_RESTORE",
         "TIME_THIS_ITER_S",

@@ -17,6 +17,9 @@ TIMESTAMP = "timestamp"  # seconds since the epoch, as an int
 TRIAL_ID = "trial_id"
 PID = "pid"  # the process the trial runs in
 DONE = "done"  # True: the trial is finished (a result may set it to end the trial)
+# True in a class trainable's step() result, or set by a callback's on_trial_result: a
+# checkpoint is taken (class trainables; a function trainable checkpoints when it reports one)
+SHOULD_CHECKPOINT = "should_checkpoint"
 DEFAULT_METRIC = "_metric"  # the key of a number a function trainable returns
 
 __all__ = [
@@ -24,6 +27,7 @@ __all__ = [
     "DONE",
     "ITERATIONS_SINCE_RESTORE",
     "PID",
+    "SHOULD_CHECKPOINT",
     "TIMESTAMP",
     "TIME_SINCE_RESTORE",
     "TIME_THIS_ITER_S",

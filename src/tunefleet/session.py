@@ -172,6 +172,13 @@ class TrialSession:
         if self._meets_stop_criteria(result):
             raise StopTrial()
 
+    def send_now(self, item: dict[str, Any], checkpoint: str | None) -> None:
+        """Send an item that is not a report (a checkpoint of the last result), after
+        the results before it."""
+        with self._lock:
+            self._buffer.append((item, checkpoint))
+            self._flush_locked(time.perf_counter())
+
     def poll_stop(self) -> None:
         """Between reports: raise `StopTrial` if the driver has asked this trial to stop
         or pause (what `report` does after each result)."""

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import dataclasses
-import difflib
+import datetime
+import inspect
 import logging
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tunefleet.config import CheckpointConfig, FailureConfig, RunConfig, TuneConfig
+from tunefleet._run_args import legacy_checkpoint_config, refuse_unknown, resume_flags
+from tunefleet.config import CheckpointConfig, FailureConfig, RunConfig, SyncConfig, TuneConfig
 from tunefleet.storage.paths import is_url
-from tunefleet.trainable import validate_trainable, with_resources
+from tunefleet.trainable import unwrap, validate_trainable, with_resources
 from tunefleet.trial import Trial
 
 if TYPE_CHECKING:  # loaded when used: `import tunefleet` stays light (no pandas)
@@ -68,11 +70,13 @@ class Tuner:
             raise TypeError("run_config must be a tune.RunConfig")
         self.tune_config.validate()
         self.run_config.validate()
+        _check_checkpoint_config(trainable, self.run_config.checkpoint_config)
         from tunefleet.space import validate_space
 
         validate_space(self.param_space)
         self._resume: ResumeState | None = None  # set by Tuner.restore
         self._resume_url: str | None = None  # Tuner.restore of an experiment in remote storage
+        self._experiment_path: str | None = None  # what get_results() reads
 
     def fit(self) -> ResultGrid:
         """Run the experiment to its end (or continue a restored one); return a `ResultGrid`."""
@@ -83,9 +87,26 @@ class Tuner:
         path = run_experiment(
             self.trainable, self.param_space, self.tune_config, self.run_config, resume, url
         )
+        self._experiment_path = path
+        return self.get_results()
+
+    def get_results(self) -> ResultGrid:
+        """The `ResultGrid` of this tuner's experiment: the one `fit()` ran, or the one
+        `Tuner.restore` opened (read as it is now, without running anything).
+
+        Raises:
+            RuntimeError: the tuner was neither fitted nor restored.
+        """
+        if self._experiment_path is None:
+            raise RuntimeError(
+                "Tuner.get_results(): this Tuner has no results yet; call fit() first, or "
+                "open a finished experiment with tune.Tuner.restore(path, trainable)"
+            )
         from tunefleet.results import ResultGrid
 
-        return ResultGrid(path, metric=self.tune_config.metric, mode=self.tune_config.mode)
+        return ResultGrid(
+            self._experiment_path, metric=self.tune_config.metric, mode=self.tune_config.mode
+        )
 
     @classmethod
     def restore(
@@ -167,6 +188,7 @@ class Tuner:
             run_config=run,
         )
         tuner._resume = restored.state
+        tuner._experiment_path = restored.state.path
         tuner._resume_url = storage.url if storage is not None else None
         return tuner
 
@@ -186,6 +208,24 @@ class Tuner:
             except FileNotFoundError:
                 return False
             return was_started(Path(tmp))
+
+
+def _check_checkpoint_config(trainable: Any, config: CheckpointConfig) -> None:
+    """As in Ray Tune: a function trainable saves the checkpoints it reports, so a
+    frequency or a checkpoint at the end (which only a class trainable can take) is an
+    error rather than silently never taken."""
+    from tunefleet.backends.simulated import is_simulated
+
+    if inspect.isclass(unwrap(trainable)[0]) or is_simulated(trainable):
+        return
+    for name in ("checkpoint_frequency", "checkpoint_at_end"):
+        if getattr(config, name):
+            raise ValueError(
+                f"CheckpointConfig({name}={getattr(config, name)!r}) cannot be used with a "
+                "function trainable: it saves the checkpoints it reports; call "
+                "tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(path)) "
+                "when one is due (e.g. every N iterations, and after the last)"
+            )
 
 
 def _remote(path: str | os.PathLike[str], filesystem: Any) -> Any:
@@ -218,44 +258,12 @@ def _relocate(trials: list[Trial], local: str) -> None:
             trial.path = local + trial.path[cut:]
 
 
-_RUN_ARGS = (
-    "config",
-    "num_samples",
-    "resources_per_trial",
-    "stop",
-    "metric",
-    "mode",
-    "search_alg",
-    "scheduler",
-    "local_dir",
-    "storage_path",
-    "storage_filesystem",
-    "name",
-    "max_concurrent_trials",
-    "fail_fast",
-    "max_failures",
-    "reuse_actors",
-    "checkpoint_freq",
-    "checkpoint_at_end",
-    "keep_checkpoints_num",
-    "checkpoint_score_attr",
-    "time_budget_s",
-    "verbose",
-    "progress_reporter",
-    "callbacks",
-    "raise_on_failed_trial",
-    "trial_name_creator",
-    "trial_dirname_creator",
-    "resume",
-)
-
-
 def run(
     run_or_experiment: Any,
     *,
     config: dict[str, Any] | None = None,
     num_samples: int = 1,
-    resources_per_trial: dict[str, Any] | None = None,
+    resources_per_trial: Any = None,
     stop: Any = None,
     metric: str | None = None,
     mode: str | None = None,
@@ -269,44 +277,72 @@ def run(
     fail_fast: bool | str = False,
     max_failures: int = 0,
     reuse_actors: bool = True,
+    checkpoint_config: CheckpointConfig | None = None,
     checkpoint_freq: int = 0,
     checkpoint_at_end: bool = False,
     keep_checkpoints_num: int | None = None,
     checkpoint_score_attr: str | None = None,
-    time_budget_s: float | None = None,
-    verbose: int = 1,
+    time_budget_s: float | datetime.timedelta | None = None,
+    verbose: int | None = 1,
     progress_reporter: Any = None,
     callbacks: list[Any] | None = None,
     raise_on_failed_trial: bool = True,
     trial_name_creator: Any = None,
     trial_dirname_creator: Any = None,
-    resume: bool | str = False,
+    sync_config: SyncConfig | None = None,
+    log_to_file: bool = True,
+    resume: bool | str | None = False,
     **unknown: Any,
 ) -> ExperimentAnalysis:
     """Ray Tune's legacy entry point; returns an `ExperimentAnalysis`.
 
-    Unknown keyword arguments are an error (Ray Tune silently ignores some).
-    `resume` (needs `name`): False; True or "LOCAL" (continue the experiment);
-    "AUTO" (continue it if it exists, else start it); "ERRORED_ONLY" (only rerun
-    failed trials); a suffix "+ERRORED" also reruns failed trials from their
-    checkpoints, "+RESTART_ERRORED" from scratch.
+    Takes Ray Tune's keyword arguments with their meaning (docs/from_ray_tune.md):
+    the checkpoint ones (`checkpoint_freq`, `checkpoint_at_end`, `keep_checkpoints_num`,
+    `checkpoint_score_attr` with a "min-" prefix for the lowest) fill in
+    `checkpoint_config`; `local_dir` is `storage_path`'s old name. Ray's `restore`,
+    `resume_config`, `export_formats` and `chdir_to_trial_dir` are refused with what to
+    write instead, and unknown keyword arguments are an error (Ray Tune silently
+    ignores some). `resume` (needs `name`): False; True or "LOCAL" (continue the
+    experiment); "AUTO" (continue it if it exists, else start it); "ERRORED_ONLY"
+    (only rerun failed trials); a suffix "+ERRORED" also reruns failed trials from
+    their checkpoints, "+RESTART_ERRORED" from scratch.
+
+    Raises:
+        TuneError: trials failed and `raise_on_failed_trial` is True.
+
+    Example:
+        >>> analysis = tune.run(train, config={"lr": tune.uniform(0, 1)},  # doctest: +SKIP
+        ...     metric="loss", mode="min", num_samples=4, checkpoint_freq=2)
+        >>> analysis.best_config  # doctest: +SKIP
     """
-    if unknown:
-        key = sorted(unknown)[0]
-        close = difflib.get_close_matches(key, _RUN_ARGS, n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
-        raise TypeError(
-            f"tune.run() got an unknown keyword argument {key!r}{hint} "
-            f"(known: {', '.join(_RUN_ARGS)})"
-        )
+    refuse_unknown(unknown)
     if local_dir is not None and storage_path is not None and local_dir != storage_path:
         raise ValueError(
             f"tune.run(): local_dir={local_dir!r} and storage_path={storage_path!r} disagree; "
-            "give one of them"
+            "give storage_path only (local_dir is its deprecated name)"
         )
-    score_order = "max"
-    if checkpoint_score_attr is not None and checkpoint_score_attr.startswith("min-"):
-        checkpoint_score_attr, score_order = checkpoint_score_attr[4:], "min"
+    if isinstance(search_alg, str) or isinstance(scheduler, str):
+        what = "search_alg" if isinstance(search_alg, str) else "scheduler"
+        raise ValueError(
+            f"tune.run({what}={search_alg if what == 'search_alg' else scheduler!r}): names "
+            f"are not supported; pass the object, e.g. {what}="
+            + ("OptunaSearch() from tunefleet.search" if what == "search_alg" else "")
+            + ("ASHAScheduler() from tunefleet.schedulers" if what == "scheduler" else "")
+        )
+    if not isinstance(log_to_file, bool):
+        raise ValueError(
+            f"tune.run(log_to_file={log_to_file!r}): only True or False; each trial's "
+            "output always goes to stdout.log and stderr.log in its folder"
+        )
+    if isinstance(time_budget_s, datetime.timedelta):
+        time_budget_s = time_budget_s.total_seconds()
+    checkpoints = legacy_checkpoint_config(
+        checkpoint_config,
+        checkpoint_freq=checkpoint_freq,
+        checkpoint_at_end=checkpoint_at_end,
+        keep_checkpoints_num=keep_checkpoints_num,
+        checkpoint_score_attr=checkpoint_score_attr,
+    )
     trainable = run_or_experiment
     if resources_per_trial is not None:
         trainable = with_resources(trainable, resources_per_trial)
@@ -331,16 +367,12 @@ def run(
             storage_filesystem=storage_filesystem,
             stop=stop,
             callbacks=callbacks,
-            verbose=verbose,
+            verbose=1 if verbose is None else verbose,
             progress_reporter=progress_reporter,
-            checkpoint_config=CheckpointConfig(
-                num_to_keep=keep_checkpoints_num,
-                checkpoint_score_attribute=checkpoint_score_attr,
-                checkpoint_score_order=score_order,
-                checkpoint_frequency=checkpoint_freq,
-                checkpoint_at_end=checkpoint_at_end,
-            ),
+            checkpoint_config=checkpoints,
             failure_config=FailureConfig(max_failures=max_failures, fail_fast=fail_fast),
+            sync_config=sync_config or SyncConfig(),
+            log_to_file=log_to_file,
         ),
     )
     grid = _resumed(tuner, resume, storage_path or local_dir, name).fit()
@@ -357,9 +389,11 @@ def run(
     return analysis
 
 
-def _resumed(tuner: Tuner, resume: bool | str, storage: str | None, name: str | None) -> Tuner:
+def _resumed(
+    tuner: Tuner, resume: bool | str | None, storage: str | None, name: str | None
+) -> Tuner:
     """The tuner that `tune.run(resume=...)` runs: the restored one, or `tuner` itself."""
-    flags = _resume_flags(resume)
+    flags = resume_flags(resume)
     if flags is None:
         return tuner
     if name is None:
@@ -382,30 +416,6 @@ def _resumed(tuner: Tuner, resume: bool | str, storage: str | None, name: str | 
         run_config=tuner.run_config,
         **flags,
     )
-
-
-def _resume_flags(resume: bool | str | None) -> dict[str, bool] | None:
-    if resume is None or resume is False:
-        return None
-    text = "LOCAL" if resume is True else str(resume).upper()
-    base, _, suffix = text.partition("+")
-    if base not in ("LOCAL", "AUTO", "ERRORED_ONLY") or suffix not in (
-        "",
-        "ERRORED",
-        "ERRORED_ONLY",
-        "RESTART_ERRORED",
-    ):
-        raise ValueError(
-            f"tune.run(resume={resume!r}) is not valid: use False, True, 'LOCAL', 'AUTO' or "
-            "'ERRORED_ONLY', optionally with '+ERRORED', '+ERRORED_ONLY' or '+RESTART_ERRORED'"
-        )
-    only_errored = "ERRORED_ONLY" in (base, suffix)
-    return {
-        "auto": base == "AUTO",
-        "resume_unfinished": not only_errored,
-        "resume_errored": only_errored or suffix == "ERRORED",
-        "restart_errored": suffix == "RESTART_ERRORED",
-    }
 
 
 __all__ = [

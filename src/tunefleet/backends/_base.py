@@ -15,6 +15,10 @@ from typing import Any
 
 from tunefleet.trial import FailureRecord
 
+# A result item marked so is not a new result: it carries a checkpoint of the trial's
+# last result (one asked for with should_checkpoint after that result was sent).
+CHECKPOINT_ONLY = "__checkpoint_only__"
+
 
 @dataclass(frozen=True)
 class TrialLaunch:
@@ -116,6 +120,12 @@ class Backend(ABC):
     @abstractmethod
     def send_decision(self, trial_id: str, epoch: int, decision: str) -> None:
         """Answer a trial launched with sync=True: CONTINUE, PAUSE or STOP."""
+
+    def request_checkpoint(self, trial_id: str, epoch: int) -> None:
+        """Have the running attempt save a checkpoint after its current step (a result
+        with ``should_checkpoint``); the checkpoint comes back as a result item marked
+        `CHECKPOINT_ONLY`, or with the next result. A backend whose trials cannot save
+        on request ignores it."""
 
     @abstractmethod
     def poll(self, timeout: float) -> list[Event]:

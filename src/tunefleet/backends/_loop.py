@@ -28,11 +28,12 @@ from typing import Any
 from tunefleet import session as session_mod
 from tunefleet._redact import reveal, scrub_failure
 from tunefleet.backends import _trial_memory
-from tunefleet.backends._base import FinishHow, TrialLaunch
+from tunefleet.backends._base import CHECKPOINT_ONLY, FinishHow, TrialLaunch
 from tunefleet.backends._protocol import (
     Decide,
     Exit,
     ResultItem,
+    Save,
     Start,
     Stop,
     ToWorker,
@@ -42,7 +43,7 @@ from tunefleet.backends._protocol import (
     TrialResults,
     WorkerSetup,
 )
-from tunefleet.result import DEFAULT_METRIC
+from tunefleet.result import DEFAULT_METRIC, SHOULD_CHECKPOINT, TRAINING_ITERATION
 from tunefleet.session import StopTrial, TrialSession, TuneContext
 from tunefleet.trial import FailureKind, FailureRecord
 
@@ -67,6 +68,8 @@ class TrialLoop:
         self._instance: Any = None  # a kept class-trainable instance (reuse_actors)
         self._current: tuple[str, int] | None = None  # (trial_id, epoch) running now
         self._pending: list[ToWorker] = []  # messages read ahead while a trial ran
+        self._save_asked = False  # the driver asked for a checkpoint (should_checkpoint)
+        self._saved_at: int | None = None  # the iteration of the attempt's newest checkpoint
 
     def serve(self) -> None:
         """Run trials until told to exit or the channel closes."""
@@ -108,6 +111,9 @@ class TrialLoop:
                 continue  # for an older trial or attempt
             if isinstance(msg, Stop):
                 return "STOP"
+            if isinstance(msg, Save):
+                self._save_asked = True  # carried out by a class trainable after its step
+                continue
             if isinstance(msg, Decide) and (msg.decision != "CONTINUE" or block):
                 return msg.decision
         return None
@@ -118,6 +124,8 @@ class TrialLoop:
         launch = start.launch
         trial_id, epoch = launch.trial_id, launch.epoch
         self._current = (trial_id, epoch)
+        self._save_asked = False
+        self._saved_at = launch.iteration if launch.checkpoint else None
         os.makedirs(launch.trial_dir, exist_ok=True)
         restore_out = _redirect_output(launch.trial_dir)
         os.environ["TUNEFLEET_TRIAL_ID"] = trial_id
@@ -158,7 +166,8 @@ class TrialLoop:
             how = FinishHow.PAUSED if stop.pause else FinishHow.STOPPED
             try:
                 final_checkpoint = None
-                if inspect.isclass(self._inner) and (launch.checkpoint_at_end or stop.pause):
+                wanted = launch.checkpoint_at_end or stop.pause or self._save_asked
+                if inspect.isclass(self._inner) and wanted:
                     final_checkpoint = self._save_class_checkpoint(session, launch)
                 outcome = TrialFinished(trial_id, epoch, how, final_checkpoint)
             except Exception as exc:  # e.g. CheckpointWriteError (disk full): fail, named
@@ -199,10 +208,15 @@ class TrialLoop:
                 )
             done = bool(result.get("done", False))
             iteration = session.iteration + 1
-            want = (freq and iteration % freq == 0) or (done and launch.checkpoint_at_end)
+            want = (
+                bool(result.get(SHOULD_CHECKPOINT))  # the trainable asks (Ray's manual form)
+                or (freq and iteration % freq == 0)
+                or (done and launch.checkpoint_at_end)
+            )
             checkpoint = None
             tmp = None
             if want:
+                self._saved_at, self._save_asked = iteration, False
                 tmp = tempfile.mkdtemp(prefix=".ckpt_", dir=launch.trial_dir)
                 _save_class_state(self._instance, tmp)
                 from tunefleet.storage.checkpoint import Checkpoint
@@ -215,14 +229,24 @@ class TrialLoop:
                     shutil.rmtree(tmp, ignore_errors=True)
             if done:
                 return None
+            if self._save_asked:  # asked after this result (at once, when sync): saved now
+                self._save_asked = False
+                path = self._save_class_checkpoint(session, launch)
+                if path is not None:
+                    marker = {TRAINING_ITERATION: session.iteration, CHECKPOINT_ONLY: True}
+                    session.send_now(marker, path)
 
     def _save_class_checkpoint(self, session: TrialSession, launch: TrialLaunch) -> str | None:
-        if self._instance is None:
+        """A checkpoint of the instance's state now; None if there is no instance or this
+        iteration's checkpoint exists already (it went out with its result)."""
+        if self._instance is None or self._saved_at == session.iteration:
             return None
         tmp = tempfile.mkdtemp(prefix=".ckpt_", dir=launch.trial_dir)
         try:
             _save_class_state(self._instance, tmp)
-            return session.persist(tmp, session.iteration)
+            path = session.persist(tmp, session.iteration)
+            self._saved_at = session.iteration
+            return path
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 

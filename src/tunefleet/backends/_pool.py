@@ -32,7 +32,7 @@ from tunefleet.backends._base import (
     Results,
     TrialLaunch,
 )
-from tunefleet.backends._protocol import Decide, Exit, Stop, ToWorker, TrialMessage
+from tunefleet.backends._protocol import Decide, Exit, Save, Stop, ToWorker, TrialMessage
 from tunefleet.trial import FailureRecord
 
 W = TypeVar("W", bound=Worker)
@@ -110,6 +110,11 @@ class PoolBackend(Backend, Generic[W]):
         worker = self._worker_of(trial_id, epoch)
         if worker is not None:
             self._send(worker, Decide(trial_id, epoch, decision))
+
+    def request_checkpoint(self, trial_id: str, epoch: int) -> None:
+        worker = self._worker_of(trial_id, epoch)
+        if worker is not None and not worker.stopping:
+            self._send(worker, Save(trial_id, epoch))
 
     def attempt_alive(self, trial_id: str) -> bool:
         return any(

@@ -4,7 +4,7 @@ They travel pickled: over a socket pair to a local worker process, through a pip
 Ray calls to a Ray actor. NamedTuples, because a report's batch goes out as one
 message and a NamedTuple costs little more than a plain tuple to build and pickle.
 
-    backend -> loop:  Start | Stop | Decide | Exit
+    backend -> loop:  Start | Stop | Decide | Save | Exit
     loop -> backend:  TrialResults | TrialFinished | TrialFailed
     worker -> backend (outside the loop):  Ready | SetupFailed (local), Gone (Ray)
 """
@@ -52,11 +52,19 @@ class Decide(NamedTuple):
     decision: str
 
 
+class Save(NamedTuple):
+    """Checkpoint the attempt once its current step ends (``should_checkpoint`` set on
+    the driver); a class trainable saves, a function trainable ignores it."""
+
+    trial_id: str
+    epoch: int
+
+
 class Exit(NamedTuple):
     """End the loop once the running attempt (if any) has stopped."""
 
 
-ToWorker = Start | Stop | Decide | Exit
+ToWorker = Start | Stop | Decide | Save | Exit
 
 
 # -- loop -> backend ---------------------------------------------------------------------

@@ -13,10 +13,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from tunefleet.backends._base import Backend, Event, Finished, FinishHow, Results
+from tunefleet.backends._base import CHECKPOINT_ONLY, Backend, Event, Finished, FinishHow, Results
 from tunefleet.callbacks import Callback
 from tunefleet.engine.commit import Commits, save_states
-from tunefleet.engine.controller_util import CtrlC, ask_searcher, total_trials
+from tunefleet.engine.controller_util import CtrlC, ask_searcher, total_trials, wants_checkpoint
 from tunefleet.engine.decisions import (
     PausePlans,
     Retries,
@@ -312,6 +312,10 @@ class Controller:
                     if checkpoint:
                         self.keeper.discard(checkpoint)
                     continue
+                if metrics.get(CHECKPOINT_ONLY):  # asked for after the last result
+                    if checkpoint:
+                        self._on_checkpoint(trial, checkpoint, trial.last_result or {})
+                    continue
                 self._on_result(trial, metrics, checkpoint)
         elif isinstance(event, Finished):
             self._on_finished(trial, event)
@@ -346,6 +350,8 @@ class Controller:
             trial.stop_reason = cause
         for cb in self.callbacks:
             cb.on_trial_result(self.iteration, self.trial_list, trial, result)
+        if checkpoint is None and wants_checkpoint(result, seen):  # before the decision
+            self.backend.request_checkpoint(trial.trial_id, trial.epoch)
         if decision is not Decision.CONTINUE:
             self.stopping.add(trial.trial_id)
             if decision is Decision.PAUSE:

@@ -9,6 +9,7 @@ import threading
 import time
 from typing import Any, Literal
 
+from tunefleet.result import SHOULD_CHECKPOINT
 from tunefleet.search._base import FINISHED, Searcher
 
 logger = logging.getLogger("tunefleet")
@@ -79,3 +80,9 @@ def total_trials(searcher: Searcher, num_samples: int) -> int | None:
     if isinstance(known, int) and known > 0:
         return known
     return num_samples if num_samples > 0 else None
+
+
+def wants_checkpoint(result: dict[str, Any], seen: dict[str, Any] | None) -> bool:
+    """Whether a callback (in `result`) or the scheduler (in the copy it saw, `seen`) set
+    ``should_checkpoint`` on a result, as Ray Tune's way to have a trial checkpointed."""
+    return bool(result.get(SHOULD_CHECKPOINT)) or bool(seen and seen.get(SHOULD_CHECKPOINT))
