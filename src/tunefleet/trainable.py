@@ -113,9 +113,7 @@ def with_parameters(trainable: TrainableLike, **params: Any) -> Any:
     receives them in ``setup(config, **params)``.
     """
     _check_trainable(trainable, "tune.with_parameters")
-    if not params:
-        raise ValueError("tune.with_parameters(trainable): give at least one keyword argument")
-    return _WithParameters(trainable, params)
+    return _WithParameters(trainable, params)  # none given: the same trainable, as in Ray
 
 
 def _check_trainable(trainable: Any, where: str) -> None:
