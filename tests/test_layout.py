@@ -59,7 +59,16 @@ LAYERS: list[tuple[str, list[str]]] = [
     ),
     ("engine", ["tunefleet.engine"]),
     ("public API", ["tunefleet.tuner", "tunefleet"]),
-    ("tools", ["tunefleet.cli", "tunefleet.dashboard", "tunefleet.__main__"]),
+    (
+        "tools",
+        [
+            "tunefleet.cli",
+            "tunefleet.cli.port",  # `tunefleet port`; reads tunefleet's modules by name
+            "tunefleet.cli.port_map",
+            "tunefleet.dashboard",
+            "tunefleet.__main__",
+        ],
+    ),
 ]
 
 # Wings whose modules are private although their names carry no underscore: the wing
