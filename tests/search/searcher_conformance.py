@@ -90,8 +90,14 @@ S = TypeVar("S", bound=Searcher)
 
 def make(factory: Callable[[], S], space: dict[str, Any]) -> S:
     searcher = factory()
-    assert searcher.set_search_properties("loss", "min", space, num_samples=-1)
+    took = searcher.set_search_properties("loss", "min", space, num_samples=-1)
+    # Ray's rule: True when it took the space; False when it has its own (space=...)
+    assert took is (searcher.searched_space() is None or not _has_own_space(searcher))
     return searcher
+
+
+def _has_own_space(searcher: Searcher) -> bool:
+    return getattr(searcher, "_own_space", None) is not None
 
 
 def drive(searcher: Searcher, n: int, start: int = 0) -> list[dict[str, Any]]:

@@ -143,7 +143,8 @@ def test_seed_reproduces_and_an_unseeded_searcher_records_its_seed() -> None:
 def test_any_metric_is_accepted_even_several() -> None:
     searcher = QMCSearch(seed=0)
     assert searcher.set_search_properties(["a", "b"], ["min", "max"], {"x": tune.uniform(0, 1)})
-    assert searcher.set_search_properties(None, None, {"x": tune.uniform(0, 1)})
+    # a second space is declined, as in Ray (the searcher already has one)
+    assert searcher.set_search_properties(None, None, {"x": tune.uniform(0, 1)}) is False
 
 
 def test_what_it_refuses_is_named() -> None:
@@ -153,12 +154,14 @@ def test_what_it_refuses_is_named() -> None:
         QMCSearch(qmc_type="lhs")
     with pytest.raises(ValueError, match="seed=-1 must be"):
         QMCSearch(seed=-1)
-    with pytest.raises(ValueError, match="give the search space once"):
-        QMCSearch({"x": tune.uniform(0, 1)}).set_search_properties(
-            "loss", "min", {"y": tune.uniform(0, 1)}
-        )
+    # Ray's rule: a searcher with its own space declines a second one (the Tuner
+    # then refuses a param_space with domains: tests/search/test_searcher_api.py)
+    declined = QMCSearch({"x": tune.uniform(0, 1)}).set_search_properties(
+        "loss", "min", {"y": tune.uniform(0, 1)}
+    )
+    assert declined is False
     own = QMCSearch({"x": tune.uniform(0, 1)}, seed=0)
-    own.set_search_properties("loss", "min", {"const": 3})
+    assert own.set_search_properties("loss", "min", {"const": 3}) is False
     assert set(draw(own, 1)[0]) == {"x", "const"}
     with pytest.raises(RuntimeError, match="set_search_properties"):
         QMCSearch().suggest("t0")

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import datetime
+import inspect
 import logging
 import math
 import os
 import secrets
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +30,8 @@ from tunefleet.progress.live import StatusReporter, warnings_shown
 from tunefleet.resources import normalize_resources
 from tunefleet.schedulers import FIFOScheduler, TrialScheduler
 from tunefleet.search import BasicVariantGenerator, Searcher
+from tunefleet.search._base import sampled_path
+from tunefleet.search._given import WithParamSpace
 from tunefleet.stoppers import Stopper, make_stopper
 from tunefleet.storage.checkpoint import CheckpointKeeper
 from tunefleet.storage.paths import (
@@ -37,7 +41,7 @@ from tunefleet.storage.paths import (
     safe_child,
 )
 from tunefleet.store import ExperimentStore
-from tunefleet.trainable import resources_of, trainable_name, unwrap
+from tunefleet.trainable import resources_of, trainable_name, unwrap, with_requested_resources
 from tunefleet.trial import StopCause
 
 if TYPE_CHECKING:
@@ -71,6 +75,10 @@ def _run(
     from tunefleet.storage.location import parse_storage
     from tunefleet.store._check import DriverLock
 
+    trainable = with_requested_resources(trainable, param_space)  # default_resource_request
+    if tune_config.reuse_actors is None:  # Ray Tune's default: reuse for functions only
+        inner = unwrap(trainable)[0]
+        tune_config = replace(tune_config, reuse_actors=not inspect.isclass(inner))
     searcher = _searcher(tune_config, param_space)
     scheduler = _scheduler(tune_config)
     stopper = make_stopper(run_config.stop)
@@ -176,7 +184,7 @@ def _backend(
             trainable=trainable,
             experiment_name=name,
             experiment_path=path,
-            reuse_actors=tune_config.reuse_actors,
+            reuse_actors=bool(tune_config.reuse_actors),
             ray_init=run_config.ray_init,
         )
     totals = None
@@ -187,7 +195,7 @@ def _backend(
         trainable=trainable,
         experiment_name=name,
         experiment_path=path,
-        reuse_actors=tune_config.reuse_actors,
+        reuse_actors=bool(tune_config.reuse_actors),
         resources=totals,
         memory_usage_threshold=run_config.failure_config.memory_usage_threshold,
     )
@@ -362,9 +370,17 @@ def _searcher(tune_config: TuneConfig, param_space: dict[str, Any]) -> Searcher:
         num_samples=tune_config.num_samples,
         constraints=tune_config.constraints,
     )
-    if not ok:
-        raise ValueError(f"{type(searcher).__name__} cannot be used with this search space")
-    return searcher
+    if ok:
+        return searcher
+    sampled = sampled_path(param_space)
+    if sampled is not None:  # Ray's rule: the searcher has a space of its own
+        raise ValueError(
+            f"{type(searcher).__name__} was already instantiated with a search space, and "
+            f"param_space has unresolved parameters too ({sampled}): give the search space "
+            "once, in the search algorithm (param_space may then hold only constants), or "
+            "build the searcher without space= and pass param_space"
+        )
+    return WithParamSpace(searcher, param_space) if param_space else searcher
 
 
 def _scheduler(tune_config: TuneConfig) -> TrialScheduler:

@@ -23,7 +23,7 @@ import random
 from typing import TYPE_CHECKING, Any
 
 from tunefleet._metrics import MetricSpec, ModeSpec, metric_value
-from tunefleet.search._base import FINISHED, Searcher
+from tunefleet.search._base import FINISHED, SpaceSearcher
 from tunefleet.search._shared import (
     check_points,
     check_rewards,
@@ -45,9 +45,12 @@ from tunefleet.space import (
     GRID_KEY,
     Categorical,
     Domain,
+    Float,
     Function,
     Normal,
+    flatten,
     format_path,
+    grid_axes,
     parameter_name,
     resolve,
     uniform,
@@ -63,7 +66,7 @@ _STATE_VERSION = 1
 _RANDOM_TRIES = 10  # random draws replacing a duplicate before giving up (None)
 
 
-class BayesOptSearch(Searcher):
+class BayesOptSearch(SpaceSearcher):
     """Gaussian-process Bayesian optimisation (Ray Tune's `BayesOptSearch`).
 
     Runs Optuna's GPSampler (Matern 5/2 kernel, log expected improvement; its
@@ -82,8 +85,11 @@ class BayesOptSearch(Searcher):
             left out are drawn at random).
         evaluated_rewards: the metric values of `points_to_evaluate`, already known:
             those points are told to the model and not run again.
-        utility_kwargs: Ray's acquisition settings for bayes_opt; refused unless None
-            (the acquisition is log expected improvement).
+        utility_kwargs: Ray's acquisition settings for bayes_opt. GPSampler maximises
+            expected improvement (as its log) with no margin, so
+            ``{"kind": "ei", "xi": 0.0}`` is honoured (and None means the same);
+            ``"ucb"`` (any `kappa`), ``"poi"`` and ``xi != 0`` are refused with that
+            nearest equivalent named.
         random_state: the seed of every random choice.
         random_search_steps: random suggestions before the Gaussian process is used
             (counted in finished trials).
@@ -127,12 +133,7 @@ class BayesOptSearch(Searcher):
             extra="bayesopt",
             needs="optuna, scipy and torch (it runs Optuna's GPSampler)",
         )
-        if utility_kwargs is not None:
-            raise ValueError(
-                f"BayesOptSearch utility_kwargs={utility_kwargs!r} cannot be honoured: it runs "
-                "Optuna's GPSampler, whose acquisition is log expected improvement; leave "
-                "utility_kwargs=None"
-            )
+        self.utility_kwargs = _check_utility(utility_kwargs)
         if space is not None and not isinstance(space, dict):
             raise TypeError(f"space must be a dict, not {type(space).__name__}")
         points = check_points("BayesOptSearch", points_to_evaluate)
@@ -163,12 +164,12 @@ class BayesOptSearch(Searcher):
 
     # ------------------------------------------------------------------ setup
 
-    def set_search_properties(
+    def _setup(
         self, metric: MetricSpec, mode: ModeSpec, config: dict[str, Any], **spec: Any
-    ) -> bool:
+    ) -> None:
         """Take the metric, mode and search space (or check `param_space` holds only
         constants when the searcher was given its own `space`)."""
-        super().set_search_properties(metric, mode, config, **spec)
+        self._fill_objective(metric, mode, strict=True)
         require_metric("BayesOptSearch", self.metric, self.mode)
         self._constraints = list(spec.get("constraints") or [])
         if self._constraints and not hasattr(self._optuna.Trial, "set_constraint"):
@@ -194,7 +195,15 @@ class BayesOptSearch(Searcher):
                 self._queue.append(params)
             else:
                 self._add_finished(params, "COMPLETE", self._rewards[i], None)
-        return True
+        self._took(self._space)
+
+    @staticmethod
+    def convert_search_space(spec: dict[str, Any], join: bool = False) -> dict[str, Any]:
+        """A tunefleet search space as bayes_opt bounds (Ray's method): ``{"a/b":
+        (lower, upper)}`` for every uniform float; `join` keeps the other keys of
+        `spec` too (flattened). Other domains are refused, as in Ray: give such a
+        space as the Tuner's param_space, which BayesOptSearch searches as it is."""
+        return _to_bounds(spec, join)
 
     def _reset(self) -> None:
         direction = "minimize" if self.mode == "min" else "maximize"
@@ -211,9 +220,9 @@ class BayesOptSearch(Searcher):
         if 10 random draws are all seen); FINISHED once one config has been suggested
         more than `patience` times (the model has converged).
         """
+        self._ready()
         study = self._study
-        if study is None:
-            raise RuntimeError("set_search_properties() must be called before suggest()")
+        assert study is not None
         point = bool(self._queue)
         if point:
             study.enqueue_trial(self._queue.pop(0))
@@ -255,8 +264,8 @@ class BayesOptSearch(Searcher):
     def get_state(self) -> dict[str, Any]:
         """The observations (parameters, state, value, constraint values of every
         trial), the seed and the counters, as JSON-able data."""
-        if self._study is None:
-            raise RuntimeError("set_search_properties() must be called before get_state()")
+        self._ready()
+        assert self._study is not None
         trials = [
             {
                 "params": t.params,
@@ -281,8 +290,7 @@ class BayesOptSearch(Searcher):
         """Replay the observations into a new study; the next suggestions are the
         ones the saved searcher would have made."""
         check_state_version("BayesOptSearch", state, _STATE_VERSION)
-        if self._study is None:
-            raise RuntimeError("set_search_properties() must be called before set_state()")
+        self._ready()
         self._reset()
         live = {int(number): str(trial_id) for trial_id, number in state["live"].items()}
         for number, saved in enumerate(state["trials"]):
@@ -416,3 +424,69 @@ def _key(params: dict[str, Any]) -> str:
     """A suggestion's identity for `skip_duplicate` and `patience` (floats to 6 digits)."""
     rounded = {k: float(f"{v:.6g}") if isinstance(v, float) else v for k, v in params.items()}
     return json.dumps(rounded, sort_keys=True)
+
+
+_UTILITY_KEYS = ("kind", "kappa", "xi", "kappa_decay", "kappa_decay_delay")
+_NEAREST = "utility_kwargs={'kind': 'ei', 'xi': 0.0} (or None, the same)"
+
+
+def _check_utility(kwargs: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Ray's `utility_kwargs`, kept when GPSampler's acquisition is what they ask for:
+    expected improvement with ``xi=0`` (`kappa` and its decay belong to UCB and do
+    nothing for EI, in bayes_opt too); anything else is refused, naming that."""
+    if kwargs is None:
+        return None
+    if not isinstance(kwargs, dict):
+        raise TypeError(f"BayesOptSearch: utility_kwargs={kwargs!r} must be a dict or None")
+    unknown = sorted(set(kwargs) - set(_UTILITY_KEYS))
+    if unknown:
+        raise ValueError(
+            f"BayesOptSearch: utility_kwargs has unknown keys {unknown}; bayes_opt's are "
+            f"{list(_UTILITY_KEYS)}"
+        )
+    kind, xi = kwargs.get("kind"), kwargs.get("xi", 0.0)
+    if kind not in ("ucb", "ei", "poi"):
+        raise ValueError(
+            f"BayesOptSearch: utility_kwargs['kind']={kind!r} must be 'ucb', 'ei' or 'poi'"
+        )
+    if kind == "ucb":
+        raise ValueError(
+            "BayesOptSearch: utility_kwargs kind='ucb' cannot be honoured: Optuna's GPSampler "
+            "has no upper-confidence-bound acquisition (nor a kappa); it maximises log "
+            f"expected improvement, the nearest: {_NEAREST}"
+        )
+    if kind == "poi":
+        raise ValueError(
+            "BayesOptSearch: utility_kwargs kind='poi' cannot be honoured: Optuna's GPSampler "
+            "does not offer probability of improvement; it maximises log expected "
+            f"improvement, the nearest: {_NEAREST}"
+        )
+    if isinstance(xi, bool) or not isinstance(xi, (int, float)) or xi != 0:
+        raise ValueError(
+            f"BayesOptSearch: utility_kwargs xi={xi!r} cannot be honoured: GPSampler's "
+            f"expected improvement has no exploration margin (xi); use {_NEAREST}"
+        )
+    return dict(kwargs)
+
+
+def _to_bounds(spec: dict[str, Any], join: bool) -> dict[str, Any]:
+    if not isinstance(spec, dict):
+        raise TypeError(f"BayesOptSearch.convert_search_space: spec must be a dict, not {spec!r}")
+    validate_space(spec)
+    axes = grid_axes(spec)
+    if axes:
+        raise grid_refused("BayesOptSearch", format_path(axes[0][0]))
+    bounds: dict[str, Any] = {}
+    for key, value in flatten(spec).items():
+        where = f"BayesOptSearch.convert_search_space: {key}"
+        if isinstance(value, Float) and not value.log and value.q is None:
+            bounds[key] = (value.lower, value.upper)
+        elif isinstance(value, Domain):
+            raise ValueError(
+                f"{where} is {value!r}: bayes_opt bounds hold uniform floats only; give "
+                "this space as the Tuner's param_space (BayesOptSearch models ints, log "
+                "scales and choices there)"
+            )
+        elif join:
+            bounds[key] = value
+    return bounds

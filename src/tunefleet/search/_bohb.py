@@ -26,7 +26,7 @@ from typing import Any
 
 from tunefleet._metrics import MetricSpec, ModeSpec, metric_value
 from tunefleet._redact import get_logger
-from tunefleet.search._base import Searcher
+from tunefleet.search._base import SpaceSearcher
 from tunefleet.search._shared import (
     category_index,
     check_points,
@@ -64,7 +64,7 @@ _DEFAULTS: dict[str, Any] = {
 }
 
 
-class TuneBOHB(Searcher):
+class TuneBOHB(SpaceSearcher):
     """BOHB's model-based search; use it with `tunefleet.schedulers.HyperBandForBOHB`.
 
     Args:
@@ -125,11 +125,11 @@ class TuneBOHB(Searcher):
         self._points_done = 0
         self._warned_budget = False
 
-    def set_search_properties(
+    def _setup(
         self, metric: MetricSpec, mode: ModeSpec, config: dict[str, Any], **spec: Any
-    ) -> bool:
+    ) -> None:
         """Receive the metric, mode and search space; refuse what TPE cannot model."""
-        super().set_search_properties(metric, mode, config, **spec)
+        self._fill_objective(metric, mode, strict=True)
         require_metric("TuneBOHB", self.metric, self.mode)
         if spec.get("constraints"):
             logger.warning(
@@ -143,13 +143,23 @@ class TuneBOHB(Searcher):
         given = self.bohb_config["min_points_in_model"]
         self._min_points = len(self._params) + 1 if given is None else given
         self._point_spaces = point_spaces(space, self._points)
-        return True
+        self._took(space)
+
+    @staticmethod
+    def convert_search_space(spec: dict[str, Any]) -> dict[str, Any]:
+        """The space as TuneBOHB models it (Ray's method returns a ConfigSpace; tunefleet's
+        TuneBOHB runs Optuna's TPE): Optuna distributions by parameter name, a choice
+        as the index of its category and a quantized value as the index of its multiple."""
+        import_optional("optuna", owner="TuneBOHB", extra="optuna", needs="Optuna")
+        if not isinstance(spec, dict):
+            raise TypeError(f"TuneBOHB.convert_search_space: spec must be a dict, not {spec!r}")
+        space = effective_space("TuneBOHB", None, spec)
+        return {name: _Param(d, where).dist for name, d, where in parameters("TuneBOHB", space)}
 
     # -- suggestions ----------------------------------------------------------------------
     def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
         """A point of `points_to_evaluate`, a random config, or the model's."""
-        if self._space is None:
-            raise RuntimeError("set_search_properties() must be called before suggest()")
+        self._ready()
         if self.max_concurrent and sum(t["live"] for t in self._trials.values()) >= (
             self.max_concurrent
         ):

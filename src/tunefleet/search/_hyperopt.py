@@ -34,7 +34,7 @@ from tunefleet._metrics import (
     python_scalar,
     python_scalars,
 )
-from tunefleet.search._base import Searcher
+from tunefleet.search._base import SpaceSearcher
 from tunefleet.search._shared import (
     check_points,
     check_rewards,
@@ -67,7 +67,7 @@ _TPE_TRIES, _RANDOM_TRIES = 10, 20  # draws to avoid a duplicate before acceptin
 _RUNNING, _DONE, _ERROR = 1, 2, 3  # hyperopt.base.JOB_STATE_*
 
 
-class HyperOptSearch(Searcher):
+class HyperOptSearch(SpaceSearcher):
     """Tree-structured Parzen Estimator search with HyperOpt (Ray Tune's `HyperOptSearch`).
 
     Args:
@@ -143,12 +143,12 @@ class HyperOptSearch(Searcher):
 
     # ------------------------------------------------------------------ setup
 
-    def set_search_properties(
+    def _setup(
         self, metric: MetricSpec, mode: ModeSpec, config: dict[str, Any], **spec: Any
-    ) -> bool:
+    ) -> None:
         """Take the metric, mode and search space (or check `param_space` holds only
         constants when the searcher was given its own `space`)."""
-        super().set_search_properties(metric, mode, config, **spec)
+        self._fill_objective(metric, mode, strict=True)
         require_metric("HyperOptSearch", self.metric, self.mode)
         self._constraints = list(spec.get("constraints") or [])
         space, self._constants = split_space("HyperOptSearch", self._own_space, config)
@@ -175,14 +175,29 @@ class HyperOptSearch(Searcher):
                 self._queue.append(vals)
             else:
                 self._insert(self._new_tid(), vals, _DONE, self._result(self._rewards[i]))
-        return True
+        self._took(self._space)
+
+    @staticmethod
+    def convert_search_space(spec: dict[str, Any]) -> dict[str, Any]:
+        """A tunefleet search space as a HyperOpt space (Ray's method): the same nested
+        dict with ``hp.*`` expressions for the domains (labelled by key path, "a/b"),
+        which `hyperopt.pyll.stochastic.sample` and `HyperOptSearch(space=...)` take."""
+        hp = import_optional(
+            "hyperopt", owner="HyperOptSearch", extra="hyperopt", needs="the hyperopt package"
+        )
+        if not isinstance(spec, dict):
+            raise TypeError(
+                f"HyperOptSearch.convert_search_space: spec must be a dict, not {spec!r}"
+            )
+        validate_space(spec)
+        native: dict[str, Any] = _native(hp, spec, ())
+        return native
 
     # ------------------------------------------------------------------ events
 
     def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
         """The next config: the next of `points_to_evaluate`, then TPE's."""
-        if self._trials is None:
-            raise RuntimeError("set_search_properties() must be called before suggest()")
+        self._ready()
         tid = self._new_tid()
         vals = self._queue.pop(0) if self._queue else self._ask(tid)
         self._insert(tid, vals, _RUNNING, {"status": "new"})
@@ -217,8 +232,7 @@ class HyperOptSearch(Searcher):
     def get_state(self) -> dict[str, Any]:
         """The observations (HyperOpt values, state and loss of each trial), the seed
         and the counters, as JSON-able data."""
-        if self._trials is None:
-            raise RuntimeError("set_search_properties() must be called before get_state()")
+        self._ready()
         trials = [
             {"tid": d["tid"], "vals": d["misc"]["vals"], "state": d["state"], "result": d["result"]}
             for d in self._trials.trials
@@ -237,8 +251,7 @@ class HyperOptSearch(Searcher):
         """Rebuild `Trials` from the observations; the next suggestions are the ones
         the saved searcher would have made."""
         check_state_version("HyperOptSearch", state, _STATE_VERSION)
-        if self._trials is None:
-            raise RuntimeError("set_search_properties() must be called before set_state()")
+        self._ready()
         self._seed, self._calls = int(state["seed"]), int(state["calls"])
         self._next_tid = int(state["next_tid"])
         left = int(state["points_left"])
@@ -418,6 +431,31 @@ def _expression(hp: Any, label: str, domain: Domain) -> Any:
     if domain.log:  # min_value >= q > 0 here, so low >= q/2 > 0
         return hp.qloguniform(label, math.log(low), math.log(high), q)
     return hp.quniform(label, low, high, q)
+
+
+def _native(hp: Any, node: Any, path: tuple[Any, ...]) -> Any:
+    """`node` with each domain replaced by the HyperOpt expression sampling its values."""
+    label = "/".join(str(k) for k in path)
+    if isinstance(node, Function):
+        raise ValueError(
+            f"HyperOptSearch.convert_search_space: {format_path(path)} is a sample_from "
+            "function, which a HyperOpt space cannot hold: give this space as the Tuner's "
+            "param_space (HyperOptSearch computes it there)"
+        )
+    if isinstance(node, Categorical):
+        options = [_native(hp, c, (*path, i)) for i, c in enumerate(node.categories)]
+        return hp.hp.choice(label, options)
+    if isinstance(node, Integer):
+        return hp.pyll.scope.int(_expression(hp.hp, label, node))
+    if isinstance(node, Domain):
+        return _expression(hp.hp, label, node)
+    if isinstance(node, dict) and GRID_KEY in node:
+        raise grid_refused("HyperOptSearch", format_path(path))
+    if isinstance(node, dict):
+        return {k: _native(hp, v, (*path, k)) for k, v in node.items()}
+    if isinstance(node, (list, tuple)):
+        return type(node)(_native(hp, v, (*path, i)) for i, v in enumerate(node))
+    return node
 
 
 def _exact(domain: Domain, value: Any) -> Any:

@@ -54,6 +54,8 @@ class ConcurrencyLimiter(Searcher):
         self.max_concurrent = max_concurrent
         self.batch = bool(batch)
         self.self_limiting = searcher.self_limiting  # FINISHED passes through
+        # a searcher that limits itself (set_max_concurrency True) gets every call
+        self._limit = not searcher.set_max_concurrency(max_concurrent)
         self._live: list[str] = []  # suggested, not yet told to the searcher as ended
         self._ended: dict[str, tuple[dict[str, Any] | None, bool]] = {}  # batch: held back
 
@@ -67,6 +69,8 @@ class ConcurrencyLimiter(Searcher):
 
     def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
         """The wrapped searcher's suggestion, or None while the limit is reached."""
+        if not self._limit:
+            return self.searcher.suggest(trial_id)
         if len(self._live) >= self.max_concurrent:
             return None
         config = self.searcher.suggest(trial_id)
@@ -82,19 +86,38 @@ class ConcurrencyLimiter(Searcher):
         self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False
     ) -> None:
         """Free the trial's slot (with `batch`: once every trial of the batch ended)."""
-        if trial_id not in self._live:  # not counted here (e.g. suggested before a restore)
-            self.searcher.on_trial_complete(trial_id, result, error)
+        if (
+            not self._limit or trial_id not in self._live
+        ):  # not counted here (e.g. suggested before a restore)
+            self.searcher.on_trial_complete(trial_id, result=result, error=error)
             return
         if not self.batch:
             self._live.remove(trial_id)
-            self.searcher.on_trial_complete(trial_id, result, error)
+            self.searcher.on_trial_complete(trial_id, result=result, error=error)
             return
         self._ended[trial_id] = (result, error)
         if len(self._ended) < len(self._live):
             return
         ended, self._ended, self._live = self._ended, {}, []
         for tid, (res, err) in ended.items():
-            self.searcher.on_trial_complete(tid, res, err)
+            self.searcher.on_trial_complete(tid, result=res, error=err)
+
+    def set_max_concurrency(self, max_concurrent: int) -> bool:
+        """A limiter inside another takes the outer one's limit (as in Ray)."""
+        self.max_concurrent = max_concurrent
+        self._limit = not self.searcher.set_max_concurrency(max_concurrent)
+        return True
+
+    def searched_space(self) -> dict[str, Any] | None:
+        return self.searcher.searched_space()
+
+    def _saved_spec(self) -> dict[str, Any]:
+        return self.searcher._saved_spec()
+
+    def _restore_space(self, saved: dict[str, Any]) -> None:
+        inner = {**saved, "state": saved["state"]["searcher"]}
+        self.searcher._restore_space(inner)
+        self.metric, self.mode = self.searcher.metric, self.searcher.mode
 
     def get_state(self) -> dict[str, Any]:
         """The live trials, the ends held back for the batch, the searcher's state."""

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from tunefleet._metrics import MetricSpec, ModeSpec, metric_value, objectives
 from tunefleet._redact import get_logger
-from tunefleet.search._base import Searcher
+from tunefleet.search._base import SpaceSearcher
 from tunefleet.search._optuna_space import (
     _checked_space,
     _is_conditional,
@@ -35,6 +35,7 @@ from tunefleet.search._optuna_space import (
     _unflatten,
     _walk,
     point_params,
+    to_distributions,
 )
 from tunefleet.search._optuna_state import trial_from_data, trial_to_data
 from tunefleet.search._shared import (
@@ -67,7 +68,7 @@ _CONSTRAINTS_ATTR = "tunefleet:constraints"  # a trial's constraint values, in u
 DefineByRun = Callable[["Trial"], "dict[str, Any] | None"]
 
 
-class OptunaSearch(Searcher):
+class OptunaSearch(SpaceSearcher):
     """Search with an Optuna sampler (Ray Tune's `OptunaSearch` names).
 
     Args:
@@ -106,7 +107,11 @@ class OptunaSearch(Searcher):
         evaluated_rewards: list[Any] | None = None,
     ) -> None:
         optuna = import_optional("optuna", owner="OptunaSearch", extra="optuna", needs="Optuna")
-        super().__init__()
+        # several objectives are kept apart (_metric_arg): `metric` names one
+        super().__init__(
+            metric=metric if isinstance(metric, str) and isinstance(mode, str) else None,
+            mode=mode if isinstance(metric, str) and isinstance(mode, str) else None,
+        )
         if isinstance(sampler, str):
             if sampler not in SAMPLERS:
                 raise ValueError(f"OptunaSearch sampler={sampler!r} is not one of {SAMPLERS}")
@@ -129,6 +134,7 @@ class OptunaSearch(Searcher):
         if space is not None and not callable(space) and not isinstance(space, Mapping):
             raise TypeError(f"OptunaSearch space={space!r} must be a dict, a function or None")
         self._space_arg, self._metric_arg, self._mode_arg = space, metric, mode
+        self._own_space = space
         self._points, self._rewards = points, rewards
         self._sampler_arg: BaseSampler | str | None = sampler
         self._seed = seed if seed is not None else random.SystemRandom().getrandbits(31)
@@ -149,9 +155,9 @@ class OptunaSearch(Searcher):
 
     # ------------------------------------------------------------ setup
 
-    def set_search_properties(
+    def _setup(
         self, metric: MetricSpec, mode: ModeSpec, config: dict[str, Any], **spec: Any
-    ) -> bool:
+    ) -> None:
         """Take the objectives, the constraints and the search space; build the study."""
         metric = self._metric_arg if self._metric_arg is not None else metric
         mode = self._mode_arg if self._mode_arg is not None else mode
@@ -174,7 +180,7 @@ class OptunaSearch(Searcher):
         self._asks, self._live = 0, {}
         self._new_study()
         self._add_points()
-        return True
+        self._took(self._space)
 
     def _set_space(self, config: dict[str, Any]) -> None:
         own = self._space_arg
@@ -251,6 +257,13 @@ class OptunaSearch(Searcher):
         if name == "nsga2":
             return ot.NSGAIISampler(seed=seed, constraints_func=feasibility)
         return ot.RandomSampler(seed=seed)
+
+    @staticmethod
+    def convert_search_space(spec: dict[str, Any]) -> dict[str, BaseDistribution]:
+        """A tunefleet search space as a dict of Optuna distributions by "a/b" key path
+        (Ray's method; what `OptunaSearch(space=...)` takes). A grid_search, an unbounded
+        domain or a domain inside a choice's category is refused."""
+        return to_distributions(spec)
 
     @staticmethod
     def constraints_func(trial: FrozenTrial) -> list[float]:
@@ -385,9 +398,7 @@ class OptunaSearch(Searcher):
 
     def _require_study(self) -> Study:
         if self._study is None:
-            if self._space_arg is None or self._metric_arg is None or self._mode_arg is None:
-                raise RuntimeError("set_search_properties() must be called before suggest()")
-            self.set_search_properties(None, None, {})
+            self._ready()
         assert self._study is not None
         return self._study
 

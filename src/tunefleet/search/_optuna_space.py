@@ -263,3 +263,29 @@ def point_params(
                 f"OptunaSearch: {where} sets {key!r}, which is not a parameter of the search space"
             )
     return params, dists
+
+
+def to_distributions(spec: dict[str, Any]) -> dict[str, BaseDistribution]:
+    """`OptunaSearch.convert_search_space`: every sampled domain of `spec` as an Optuna
+    distribution, by its "a/b" key path (sample_from values are left out)."""
+    if not isinstance(spec, dict):
+        raise TypeError(f"OptunaSearch.convert_search_space: spec must be a dict, not {spec!r}")
+    found: dict[str, BaseDistribution] = {}
+    for path, domain in _walk(_checked_space(spec), ()):
+        if isinstance(domain, Function):
+            continue
+        where = format_path(path)
+        if any(isinstance(k, _Category) for k in path):
+            raise ValueError(
+                f"OptunaSearch.convert_search_space: {where} is inside a choice's category, "
+                "which a flat dict of distributions cannot hold: pass this space as the "
+                "Tuner's param_space (OptunaSearch searches it as it is)"
+            )
+        if isinstance(domain, Categorical) and not _by_value(domain):
+            raise ValueError(
+                f"OptunaSearch.convert_search_space: {where} has categories "
+                f"{domain.categories!r}; an Optuna CategoricalDistribution takes None, bool, "
+                "int, float and str only: pass this space as the Tuner's param_space"
+            )
+        found["/".join(str(k) for k in path)] = _distribution(domain)
+    return found

@@ -18,7 +18,7 @@ import warnings
 from typing import Any
 
 from tunefleet._metrics import MetricSpec, ModeSpec
-from tunefleet.search._base import Searcher
+from tunefleet.search._base import SpaceSearcher
 from tunefleet.search._shared import (
     check_points,
     check_state_version,
@@ -34,7 +34,7 @@ _TYPES = ("sobol", "halton")
 _NORMAL = statistics.NormalDist()
 
 
-class QMCSearch(Searcher):
+class QMCSearch(SpaceSearcher):
     """Quasi-Monte Carlo search: configs from a Sobol' or Halton sequence (SciPy).
 
     Needs no metric (like random search). Every parameter gets its own dimension,
@@ -92,24 +92,24 @@ class QMCSearch(Searcher):
         self._drawn = 0
         self._points_done = 0
 
-    def set_search_properties(
+    def _setup(
         self, metric: MetricSpec, mode: ModeSpec, config: dict[str, Any], **spec: Any
-    ) -> bool:
+    ) -> None:
         """Receive the search space (any metric, several included, is accepted)."""
         if not isinstance(metric, list) and not isinstance(mode, list):
-            super().set_search_properties(metric, mode, config, **spec)
+            self._fill_objective(metric, mode, strict=True)
         space = effective_space("QMCSearch", self._own_space, config)
         names = parameters("QMCSearch", space)
         self._space = space
         self._dims = {name: i for i, (name, _, _) in enumerate(names)}
         self._point_spaces = point_spaces(space, self._points)
         self._engine = None
-        return True
+        self._took(space)
 
     def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
         """The next point of `points_to_evaluate`, else of the sequence."""
-        if self._space is None:
-            raise RuntimeError("set_search_properties() must be called before suggest()")
+        self._ready()
+        assert self._space is not None
         if self._points_done < len(self._point_spaces):
             i = self._points_done
             self._points_done += 1

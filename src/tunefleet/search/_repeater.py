@@ -127,10 +127,10 @@ class Repeater(Searcher):
             self._current = None
         good = [o for o in outcomes if isinstance(o, dict)]
         if not good:
-            self.searcher.on_trial_complete(primary, None, error=True)
+            self.searcher.on_trial_complete(primary, result=None, error=True)
             return
         mean = {name: math.fsum(o[name] for o in good) / len(good) for name in good[0]}
-        self.searcher.on_trial_complete(primary, mean)
+        self.searcher.on_trial_complete(primary, result=mean, error=False)
 
     def _outcome(self, result: dict[str, Any] | None, error: bool) -> dict[str, float] | str:
         if error or result is None:
@@ -142,6 +142,19 @@ class Repeater(Searcher):
                 return _FAILED
             values[name] = value
         return values
+
+    def searched_space(self) -> dict[str, Any] | None:
+        return self.searcher.searched_space()
+
+    def _saved_spec(self) -> dict[str, Any]:
+        return self.searcher._saved_spec()
+
+    def _restore_space(self, saved: dict[str, Any]) -> None:
+        inner = {**saved, "state": saved["state"]["searcher"]}
+        self.searcher._restore_space(inner)
+        self.metric, self.mode = self.searcher.metric, self.searcher.mode
+        self._metric_spec, self._mode_spec = self.metric, self.mode
+        self._constraints = list(self.searcher._saved_spec().get("constraints") or [])
 
     def get_state(self) -> dict[str, Any]:
         """The groups not yet told to the searcher, and the searcher's state."""
