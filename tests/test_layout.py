@@ -24,6 +24,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "tunefleet.result",
             "tunefleet._metrics",
             "tunefleet._redact",
+            "tunefleet._params_ref",
             "tunefleet.trial",
             "tunefleet.resources",
             "tunefleet.space",

@@ -84,6 +84,19 @@ class _WithParameters:
     def __call__(self, config: dict[str, Any]) -> Any:
         return self.trainable(config, **self.params)
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Large parameters go by reference when a backend asks (_params_ref.spill_to).
+        from tunefleet._params_ref import reference
+
+        return (_rebuild_with_parameters, (self.trainable, reference(self.params)))
+
+
+def _rebuild_with_parameters(trainable: TrainableLike, params: Any) -> _WithParameters:
+    """A `_WithParameters` unpickled in a worker: the parameters loaded once per process."""
+    from tunefleet._params_ref import resolve
+
+    return _WithParameters(trainable, resolve(params))
+
 
 def with_resources(
     trainable: TrainableLike, resources: dict[str, Any] | PlacementGroupFactory

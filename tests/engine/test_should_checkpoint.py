@@ -21,7 +21,7 @@ class Counter(tune.Trainable):
     """Counts its steps; its checkpoint holds the count, so a checkpoint's iteration and
     the state saved in it can be compared."""
 
-    def setup(self, config: dict[str, Any]) -> None:
+    def setup(self, config: dict[str, Any], **params: Any) -> None:
         self.count = 0
         self.ask_at: set[int] = set(config.get("ask_at", ()))
 
@@ -72,9 +72,7 @@ class AskAt(tune.Callback):
 class Sync(tune.schedulers.FIFOScheduler):
     """FIFO that waits for a decision after every result (as PBT does)."""
 
-    @property
-    def needs_sync_decisions(self) -> bool:
-        return True
+    needs_sync_decisions = True
 
 
 def test_a_callback_asking_is_checkpointed_after_that_step_when_sync(storage: str) -> None:

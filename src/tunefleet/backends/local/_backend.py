@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
+from tunefleet._params_ref import remove_spilled, spill_to
 from tunefleet._redact import get_logger
 from tunefleet.backends._attempt import Worker, limit_deadline, stderr_tail, trial_stderr_tail
 from tunefleet.backends._base import Event, TrialLaunch
@@ -116,7 +117,8 @@ class LocalBackend(PoolBackend[_Process]):
         self._log = open(os.path.join(self._meta_dir, "workers.log"), "ab")  # noqa: SIM115
         self._key = new_key()  # verifies the trainable file; given to workers by env only
         setup = WorkerSetup(trainable, experiment_name, reuse_actors)
-        write_trainable_file(self._trainable_file, setup, self._key)
+        with spill_to(self._meta_dir):  # with_parameters' large objects: one file
+            write_trainable_file(self._trainable_file, setup, self._key)
         self._memory = MemoryGuard(
             experiment=experiment_name,
             threshold=memory_usage_threshold,
@@ -330,6 +332,7 @@ class LocalBackend(PoolBackend[_Process]):
             os.remove(self._trainable_file)
         except OSError:
             pass
+        remove_spilled(self._meta_dir)
 
 
 def _signal_tree(worker: _Process, sig: signal.Signals) -> None:
