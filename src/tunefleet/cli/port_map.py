@@ -108,6 +108,7 @@ ATTRIBUTE_MODULES: frozenset[str] = frozenset(
         "tunefleet.logger",
         "tunefleet.callbacks",
         "tunefleet.integration",
+        "tunefleet.utils",
     }
 )
 
