@@ -184,7 +184,10 @@ class TuneConfig:
     num_samples: int = 1
     max_concurrent_trials: int | None = None
     time_budget_s: float | None = None
-    reuse_actors: bool = True
+    #: Keep a worker's trainable between trials. None: True for function trainables,
+    #: False for class trainables (Ray Tune's default); a class is kept only when its
+    #: `reset_config` returns True.
+    reuse_actors: bool | None = None
     trial_name_creator: Callable[[Trial], str] | None = None
     trial_dirname_creator: Callable[[Trial], str] | None = None
     #: Names of reported values that must be <= 0 for a trial to be feasible (Optuna's

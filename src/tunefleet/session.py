@@ -135,6 +135,11 @@ class TrialSession:
         self._flusher: threading.Thread | None = None
         self._pid = os.getpid()
 
+    @property
+    def time_total_before(self) -> float:
+        """Seconds of training before this attempt (a restored checkpoint's total)."""
+        return self._time_total_offset
+
     def report(self, metrics: dict[str, Any], checkpoint: Checkpoint | None) -> None:
         now = time.perf_counter()
         ckpt_path = None

@@ -2,20 +2,37 @@
 
 from __future__ import annotations
 
+import copy
+import datetime
 import functools
 import inspect
+import json
+import os
+import pickle
+import platform
+import tempfile
+import time
 from collections.abc import Callable
 from typing import Any
 
+from tunefleet import result as keys
 from tunefleet.resources import PlacementGroupFactory, normalize_resources
 
 
 class Trainable:
-    """Class API for trainables (Ray Tune's names).
+    """Class API for trainables (Ray Tune's `tune.Trainable`).
 
     Subclass it and implement `setup`, `step`, and for checkpoints `save_checkpoint`
-    and `load_checkpoint`. tunefleet calls `step()` once per iteration and reports
-    the dict it returns; return ``{"done": True, ...}`` to finish.
+    and `load_checkpoint`. tunefleet calls `train()` once per iteration, which calls
+    `step()` and reports the dict it returns with the keys every result has; return
+    ``{"done": True, ...}`` to finish.
+
+    Inside `setup` and `step`: `self.config`, `self.iteration` (iterations done,
+    counting from a restored checkpoint's; also `self.training_iteration`),
+    `self.trial_id`, `self.trial_name`, `self.logdir` (the trial's directory) and
+    `self.trial_resources`. Made outside a trial (``MyTrainable(config)``), it runs on
+    its own: `train()`, `save()`, `restore(path)` and `stop()` work as in Ray Tune, and
+    the trial's names are ``"default"``.
 
     Example:
         >>> class MyTrainable(Trainable):  # doctest: +SKIP
@@ -27,9 +44,12 @@ class Trainable:
     """
 
     def __init__(self, config: dict[str, Any] | None = None, **params: Any) -> None:
-        self.config = dict(config or {})
-        self.setup(self.config, **params)
+        self.config: dict[str, Any] = config if config is not None else {}
+        self._attach()
+        self._logdir: str | None = None
+        self.setup(copy.deepcopy(self.config), **params)  # a copy, as in Ray Tune
 
+    # -- what subclasses implement ----------------------------------------------------------
     def setup(self, config: dict[str, Any], **params: Any) -> None:
         """Build the model, data, etc. `params` come from `tune.with_parameters`."""
 
@@ -38,18 +58,195 @@ class Trainable:
         raise NotImplementedError(f"{type(self).__name__} must implement step()")
 
     def save_checkpoint(self, checkpoint_dir: str) -> dict[str, Any] | None:
-        """Write the state into `checkpoint_dir` (may return a small dict, saved too)."""
+        """Write the state into `checkpoint_dir`, or return it as a dict (saved for you)."""
         return None
 
     def load_checkpoint(self, checkpoint: dict[str, Any] | str | None) -> None:
-        """Restore the state from the checkpoint directory (or the dict saved with it)."""
+        """Restore the state: the dict `save_checkpoint` returned, else its directory."""
 
     def reset_config(self, new_config: dict[str, Any]) -> bool:
-        """Reconfigure for a new trial without rebuilding; return True if done."""
+        """Reconfigure for a new trial without rebuilding (``reuse_actors=True``); return
+        True if done (False: a new instance is made)."""
         return False
 
     def cleanup(self) -> None:
-        """Release resources at the end of the trial."""
+        """Release resources when the instance is done with (not between reused trials)."""
+
+    @classmethod
+    def default_resource_request(
+        cls, config: dict[str, Any]
+    ) -> PlacementGroupFactory | dict[str, Any] | None:
+        """The resources each trial needs (None: one CPU), unless `tune.with_resources` says.
+
+        tunefleet calls it once per experiment with the `param_space`: read constants
+        from `config` (a search domain there is an error naming the key).
+        """
+        return None
+
+    # -- what a trial knows about itself --------------------------------------------------------
+    @property
+    def iteration(self) -> int:
+        """Iterations done (``train()`` calls), counting from a restored checkpoint's."""
+        return self._iteration
+
+    @property
+    def training_iteration(self) -> int:
+        return self._iteration
+
+    @property
+    def trial_id(self) -> str:
+        return self._context.trial_id if self._context else "default"
+
+    @property
+    def trial_name(self) -> str:
+        return self._context.trial_name if self._context else "default"
+
+    @property
+    def trial_resources(self) -> Any:
+        """The trial's resources (a `PlacementGroupFactory`), or None outside a trial."""
+        return self._context.get_trial_resources() if self._context else None
+
+    @property
+    def logdir(self) -> str:
+        """The trial's directory (outside a trial: a temporary one, made on first use)."""
+        if self._context is not None:
+            return self._context.trial_dir
+        if self._logdir is None:
+            self._logdir = tempfile.mkdtemp(prefix=f"{type(self).__name__}_")
+        return self._logdir
+
+    def get_config(self) -> dict[str, Any]:
+        return self.config
+
+    # -- driving it (tunefleet's trial loop does this; also usable by hand) -------------------
+    def train(self) -> dict[str, Any]:
+        """Run one iteration: `step()`, and its result with the keys every result has
+        (``training_iteration``, ``done``, ``time_this_iter_s``, ``time_total_s``,
+        ``trial_id``, ``timestamp``, ``date``, ``pid``, ``hostname``, ...)."""
+        start = time.time()
+        result = self.step()
+        if not isinstance(result, dict):
+            raise TypeError(
+                f"{type(self).__name__}.step() must return a dict of metrics, "
+                f"not {type(result).__name__}"
+            )
+        result = dict(result)
+        self._iteration += 1
+        self._iterations_since_restore += 1
+        given = result.get(keys.TIME_THIS_ITER_S)
+        this_iter = float(given) if isinstance(given, (int, float)) else time.time() - start
+        self._time_total += this_iter
+        self._time_since_restore += this_iter
+        now = datetime.datetime.now()
+        result.setdefault(keys.DONE, False)
+        result.setdefault(keys.TRAINING_ITERATION, self._iteration)
+        result.update(
+            {
+                keys.TRIAL_ID: self.trial_id,
+                "date": now.strftime("%Y-%m-%d_%H-%M-%S"),
+                keys.TIMESTAMP: result.get(keys.TIMESTAMP) or int(now.timestamp()),
+                keys.TIME_THIS_ITER_S: this_iter,
+                keys.TIME_TOTAL_S: self._time_total,
+                keys.PID: os.getpid(),
+                "hostname": platform.node(),
+                "node_ip": "127.0.0.1",
+                keys.TIME_SINCE_RESTORE: self._time_since_restore,
+                keys.ITERATIONS_SINCE_RESTORE: self._iterations_since_restore,
+            }
+        )
+        if self._context is None:
+            result["config"] = self.config  # in a trial the store keeps the config once
+        return result
+
+    def save(self, checkpoint_dir: str | None = None) -> str:
+        """Save a checkpoint into `checkpoint_dir` (a new temporary one if None); return it."""
+        directory = checkpoint_dir or tempfile.mkdtemp(prefix="checkpoint_", dir=self.logdir)
+        os.makedirs(directory, exist_ok=True)
+        self._save_to(directory)
+        return directory
+
+    def restore(self, checkpoint_path: Any) -> None:
+        """Load a checkpoint `save()` made (a path or a `tune.Checkpoint`)."""
+        path = getattr(checkpoint_path, "path", checkpoint_path)
+        if not isinstance(path, str) or not os.path.isdir(path):
+            raise ValueError(
+                f"{type(self).__name__}.restore({checkpoint_path!r}): not a checkpoint "
+                "directory; pass what save() returned"
+            )
+        self._load_from(path)
+
+    def stop(self) -> None:
+        """End the instance: calls `cleanup()`."""
+        self.cleanup()
+
+    # -- tunefleet's side ---------------------------------------------------------------------
+    def _attach(self) -> None:
+        """Take the running trial's identity and counters (none outside a trial)."""
+        from tunefleet import session as session_mod
+
+        running = session_mod._session
+        self._context = running.context if running is not None else None
+        self._iteration = running.iteration if running is not None else 0
+        self._time_total = running.time_total_before if running is not None else 0.0
+        self._time_since_restore = 0.0
+        self._iterations_since_restore = 0
+
+    def _reset(self, new_config: dict[str, Any]) -> bool:
+        """A reused instance for a new trial, as Ray Tune's `reset`: the new config and
+        identity, then `reset_config`; counters start again if it returns True."""
+        self.config = new_config
+        self._context = None
+        ok = bool(self.reset_config(new_config))
+        if ok:
+            self._attach()
+        return ok
+
+    def _save_to(self, directory: str) -> None:
+        returned = self.save_checkpoint(directory)
+        if isinstance(returned, dict):
+            _write_state(returned, directory)
+        elif returned is not None and os.path.realpath(str(returned)) != os.path.realpath(
+            directory
+        ):
+            raise ValueError(
+                f"{type(self).__name__}.save_checkpoint() returned {returned!r}: return None "
+                f"or a dict, or the directory it was given ({directory})"
+            )
+
+    def _load_from(self, directory: str) -> None:
+        state = _read_state(directory)
+        self.load_checkpoint(state if state is not None else directory)
+
+
+_STATE_JSON = ".tunefleet_state.json"
+_STATE_PICKLE = ".tunefleet_state.pkl"
+
+
+def _write_state(state: dict[str, Any], directory: str) -> None:
+    """The dict `save_checkpoint` returned: JSON when it is plain data, else a pickle
+    (tensors, arrays: the user's own objects, read back only by their own trainable)."""
+    try:
+        text = json.dumps(state)
+    except (TypeError, ValueError):
+        with open(os.path.join(directory, _STATE_PICKLE), "wb") as f:
+            pickle.dump(state, f)
+        return
+    with open(os.path.join(directory, _STATE_JSON), "w") as f:
+        f.write(text)
+
+
+def _read_state(directory: str) -> dict[str, Any] | None:
+    path = os.path.join(directory, _STATE_JSON)
+    if os.path.exists(path):
+        with open(path) as f:
+            state: dict[str, Any] = json.load(f)
+        return state
+    path = os.path.join(directory, _STATE_PICKLE)
+    if os.path.exists(path):
+        with open(path, "rb") as f:
+            loaded: dict[str, Any] = pickle.load(f)
+        return loaded
+    return None
 
 
 TrainableLike = Callable[..., Any] | type[Trainable]
@@ -184,6 +381,31 @@ def validate_trainable(trainable: Any) -> None:
             "the trainable must be a function taking config or a tune.Trainable subclass, "
             f"not {type(inner).__name__}"
         )
+
+
+def with_requested_resources(trainable: Any, config: dict[str, Any]) -> Any:
+    """`trainable`, with the resources its class's `default_resource_request(config)` asks
+    for (`config`: the param_space); `tune.with_resources` wins, as in Ray Tune."""
+    inner, resources, _ = unwrap(trainable)
+    if resources is not None or not (inspect.isclass(inner) and issubclass(inner, Trainable)):
+        return trainable
+    try:
+        request = inner.default_resource_request(config)
+    except Exception as exc:
+        raise ValueError(
+            f"{inner.__name__}.default_resource_request(config) raised {exc!r}: tunefleet "
+            "calls it once, with the param_space, so read only constants from config "
+            "(or use tune.with_resources)"
+        ) from exc
+    if request is None:
+        return trainable
+    if not isinstance(request, (dict, PlacementGroupFactory)):
+        raise TypeError(
+            f"{inner.__name__}.default_resource_request() returned a "
+            f"{type(request).__name__}: return a tune.PlacementGroupFactory, a dict such as "
+            "{'cpu': 2, 'gpu': 1}, or None"
+        )
+    return with_resources(trainable, request)
 
 
 def resources_of(trainable: Any) -> dict[str, float]:

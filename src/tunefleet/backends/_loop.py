@@ -179,6 +179,8 @@ class TrialLoop:
             outcome = TrialFailed(trial_id, epoch, _failure_from_exception(exc, launch, session))
             self._drop_instance()
         finally:
+            if not self._reuse:  # as in Ray Tune: cleanup() when the trial ends
+                _quietly(self._drop_instance)
             undo_limit()
             session.close()
             session_mod._set_session(None)
@@ -191,7 +193,7 @@ class TrialLoop:
 
     def _run_class(self, launch: TrialLaunch, session: TrialSession) -> None:
         config = reveal(launch.config)  # tune.Secret unwrapped
-        if self._instance is not None and not (self._reuse and self._instance.reset_config(config)):
+        if self._instance is not None and not (self._reuse and self._instance._reset(config)):
             self._drop_instance()
         if self._instance is None:
             self._instance = self._inner(config, **self._params)
@@ -200,12 +202,7 @@ class TrialLoop:
                 _load_class_checkpoint(self._instance, directory)
         freq = launch.checkpoint_freq
         while True:
-            result = self._instance.step()
-            if not isinstance(result, dict):
-                raise TypeError(
-                    f"{type(self._instance).__name__}.step() must return a dict of metrics, "
-                    f"not {type(result).__name__}"
-                )
+            result = self._instance.train()  # step() and the keys every result has
             done = bool(result.get("done", False))
             iteration = session.iteration + 1
             want = (
@@ -287,23 +284,19 @@ def _returned_metrics(output: Any, name: str) -> dict[str, Any] | None:
 
 
 def _save_class_state(instance: Any, directory: str) -> None:
-    import json
-
-    extra = instance.save_checkpoint(directory)
-    if isinstance(extra, dict):
-        with open(os.path.join(directory, ".tunefleet_state.json"), "w") as f:
-            json.dump(extra, f)
+    instance._save_to(directory)  # save_checkpoint(), and the dict it returned
 
 
 def _load_class_checkpoint(instance: Any, directory: str) -> None:
-    import json
+    instance._load_from(directory)  # load_checkpoint(the saved dict, else the directory)
 
-    state_file = os.path.join(directory, ".tunefleet_state.json")
-    if os.path.exists(state_file):
-        with open(state_file) as f:
-            instance.load_checkpoint(json.load(f))
-    else:
-        instance.load_checkpoint(directory)
+
+def _quietly(action: Callable[[], None]) -> None:
+    """Run a user hook at a trial's end; what it raises goes to the trial's stderr log."""
+    try:
+        action()
+    except Exception:
+        traceback.print_exc()
 
 
 def _failure_from_exception(
