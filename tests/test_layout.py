@@ -28,13 +28,13 @@ LAYERS: list[tuple[str, list[str]]] = [
             "tunefleet.trial",
             "tunefleet.resources",
             "tunefleet.space",
+            "tunefleet.storage",  # below trial.py (Trial.checkpoint); it needs only the above
         ],
     ),
     (
         "parts",
         [
             "tunefleet.store",
-            "tunefleet.storage",
             "tunefleet.checkpoint",
             "tunefleet.stoppers",
             "tunefleet.stopper",
@@ -53,6 +53,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "tunefleet.logger",
             "tunefleet.config",
             "tunefleet.results",
+            "tunefleet._analysis",
             "tunefleet.integration",
             "tunefleet.script",
             "tunefleet.utils",  # Ray's example trainables (tune.utils.mock_trainable)

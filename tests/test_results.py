@@ -15,7 +15,7 @@ import pytest
 
 import tunefleet
 from tunefleet.checkpoint import Checkpoint
-from tunefleet.results import ExperimentAnalysis, ResultGrid, TrialError
+from tunefleet.results import ExperimentAnalysis, Result, ResultGrid, TrialError
 from tunefleet.store import ExperimentStore
 from tunefleet.trial import FailureKind, FailureRecord, Trial, TrialStatus
 
@@ -114,8 +114,8 @@ def test_every_scope_picks_its_winner(exp: Path, scope: str, mode: str, winner: 
     grid = ResultGrid(exp)
     best = grid.get_best_result(metric="loss", mode=mode, scope=scope)
     assert trial_letter(best.trial_id) == winner
-    analysis = ExperimentAnalysis(exp)
-    assert trial_letter(analysis.get_best_trial("loss", mode, scope).trial_id) == winner
+    trial = ExperimentAnalysis(exp).get_best_trial("loss", mode, scope)
+    assert trial is not None and trial_letter(trial.trial_id) == winner
 
 
 def test_nan_and_inf_are_filtered_unless_asked(exp: Path) -> None:
@@ -188,7 +188,7 @@ def test_grid_lists_results_in_trial_order(exp: Path) -> None:
     assert len(grid) == 9
     assert [r.trial_id for r in grid] == [f"t{i:04d}" for i in range(9)]
     assert grid[-1].trial_id == "t0008" and grid[-1].status == "PENDING"
-    assert grid[-1].metrics is None and grid[-1].checkpoint is None
+    assert grid[-1].metrics == {} and grid[-1].checkpoint is None  # Ray: {} if nothing reported
     assert grid.num_terminated == 7 and grid.num_errors == 1
     assert grid.experiment_path == str(exp.resolve())
     with pytest.raises(IndexError):
@@ -197,7 +197,7 @@ def test_grid_lists_results_in_trial_order(exp: Path) -> None:
 
 def test_result_fields(exp: Path) -> None:
     result = ResultGrid(exp)[0]
-    assert result.metrics is not None and result.metrics["loss"] == 1.0
+    assert result.metrics["loss"] == 1.0 and result.metrics["config"] == result.config
     assert result.config == {"lr": 1.0, "net": {"width": 0}}
     assert result.path == str(exp.resolve() / "trials" / "t0000")
     assert result.checkpoint == Checkpoint(
@@ -243,23 +243,25 @@ def test_get_dataframe_last_rows_and_best_rows(exp: Path) -> None:
 def test_experiment_analysis(exp: Path) -> None:
     analysis = ExperimentAnalysis(exp)
     assert analysis.default_metric == "loss" and analysis.default_mode == "min"
-    assert analysis.best_trial.trial_id == "t0000"
+    best = analysis.best_trial
+    assert best is not None and best.trial_id == "t0000"
     assert analysis.best_config == {"lr": 1.0, "net": {"width": 0}}
     assert analysis.best_result["loss"] == 1.0
-    assert analysis.best_logdir == analysis.best_trial.path
+    assert analysis.best_logdir == best.path
     assert analysis.best_checkpoint == Checkpoint(
         os.path.join(analysis.best_logdir, "checkpoints", "checkpoint_000002")
     )
     assert analysis.get_best_config(scope="all") == analysis.trials[2].config
     assert len(analysis.trials) == 9
-    assert analysis.results["t0004"] is not None and analysis.results["t0008"] is None
+    # Keyed by trial id, and {} for a trial that reported nothing, as in Ray Tune 2.x.
+    assert analysis.results["t0004"]["loss"] == 1.8 and analysis.results["t0008"] == {}
     configs = analysis.get_all_configs()
-    assert configs[analysis.trials[1].path] == {"lr": 0.1, "net": {"width": 8}}
-    assert analysis.get_all_configs(prefix=True)[analysis.trials[1].path]["config/net/width"] == 8
+    assert configs["t0001"] == {"lr": 0.1, "net": {"width": 8}}
+    assert analysis.get_all_configs(prefix=True)["t0001"]["config/net/width"] == 8
 
     frames = analysis.trial_dataframes
-    assert set(frames) == {t.path for t in analysis.trials}
-    assert len(frames[analysis.trials[4].path]) == 12
+    assert set(frames) == {t.trial_id for t in analysis.trials}
+    assert len(frames["t0004"]) == 12 and frames["t0008"].empty
     assert analysis.results_df.loc["t0002", "loss"] == 30.0
     assert analysis.dataframe(metric="loss", mode="min").loc[2, "loss"] == 0.1
     assert list(analysis.best_dataframe["loss"]) == CURVES["A"]
@@ -337,3 +339,80 @@ def test_pandas_is_optional(exp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         grid.get_dataframe()
     with pytest.raises(ImportError, match=r"pip install 'tunefleet\[pandas\]'"):
         _ = grid[0].metrics_dataframe
+
+
+def test_analysis_returns_none_where_ray_does(exp: Path, caplog: pytest.LogCaptureFixture) -> None:
+    analysis = ExperimentAnalysis(exp)
+    assert analysis.get_best_trial(metric="los", mode="min") is None
+    assert "Did you mean 'loss'?" in caplog.text  # the warning says why
+    assert analysis.get_best_config(metric="los", mode="min") is None
+    with pytest.raises(ValueError, match=r"scope='bad' is not valid"):
+        analysis.get_best_trial(scope="bad")
+    with pytest.raises(ValueError, match=r"default_mode='best' is not valid"):
+        ExperimentAnalysis(exp, default_mode="best")
+    missing = ExperimentAnalysis(exp, default_metric="f1", default_mode="max")
+    assert missing.best_trial is None and missing.best_config is None
+    with pytest.raises(ValueError, match="no trial reported 'f1'"):
+        _ = missing.best_result  # Ray fails here with an AttributeError on None
+
+
+def test_one_trial_is_the_best_as_in_ray(tmp_path: Path) -> None:
+    path = tmp_path / "one"
+    with ExperimentStore(path) as store:
+        write_trial(store, path, 0, [], status=TrialStatus.ERROR)
+    only = ExperimentAnalysis(path).get_best_trial()  # Ray: before looking at the metric
+    assert only is not None and only.trial_id == "t0000"
+    assert ResultGrid(path).get_best_result(metric="loss", mode="min").metrics == {}
+    with pytest.raises(ValueError, match="no mode given"):
+        ResultGrid(path).get_best_result(metric="loss")  # the grid checks its arguments first
+    with ExperimentStore(path) as store:
+        write_trial(store, path, 1, [1.0])
+    with pytest.raises(ValueError, match="no metric given"):
+        ExperimentAnalysis(path).get_best_trial()
+
+
+def test_grid_wraps_an_analysis_and_keeps_its_defaults(exp: Path) -> None:
+    analysis = ExperimentAnalysis(exp, default_metric="acc", default_mode="max")
+    grid = ResultGrid(analysis)
+    assert len(grid) == 9 and grid.experiment_path == analysis.experiment_path
+    assert grid.get_best_result().trial_id == "t0005"  # acc, as the analysis says
+    subset = ExperimentAnalysis(exp, trials=analysis.trials[:2])
+    assert [r.trial_id for r in ResultGrid(subset)] == ["t0000", "t0001"]
+
+
+def test_a_builtin_error_type_is_kept(exp: Path) -> None:
+    (error,) = ResultGrid(exp).errors
+    assert isinstance(error, ValueError) and isinstance(error, TrialError)
+    copy = pickle.loads(pickle.dumps(error))
+    assert isinstance(copy, ValueError) and isinstance(copy, TrialError)
+    assert copy.trial_id == "t0007"
+    odd = FailureRecord(FailureKind.EXCEPTION, "x", exception_type="MyOwnError")
+    assert type(TrialError.of(odd, "t1")) is TrialError  # not a built-in: TrialError only
+    crash = FailureRecord(FailureKind.CRASH, "killed", signal="SIGKILL")
+    assert type(TrialError.of(crash, "t1")) is TrialError
+
+
+def test_result_from_path(exp: Path) -> None:
+    grid = ResultGrid(exp)
+    os.makedirs(grid[3].path)
+    again = Result.from_path(grid[3].path)
+    assert again.trial_id == "t0003" and again.metrics == grid[3].metrics
+    with pytest.raises(FileNotFoundError, match="no trial in that directory"):
+        Result.from_path(exp / "trials")
+    with pytest.raises(FileNotFoundError, match="no experiment database"):
+        Result.from_path("/")
+
+
+def test_checkpoints_of_a_trial_by_id_path_or_name(tmp_path: Path) -> None:
+    path = tmp_path / "ckpts2"
+    with ExperimentStore(path) as store:
+        write_trial(store, path, 0, [3.0, 1.0], checkpoints=(1, 2))
+    analysis = ExperimentAnalysis(path)
+    pairs = analysis.get_trial_checkpoints_paths("train_t0000", metric="loss")
+    assert [(os.path.basename(p), v) for p, v in pairs] == [
+        ("checkpoint_000001", 3.0),
+        ("checkpoint_000002", 1.0),
+    ]
+    last = analysis.get_last_checkpoint("t0000")
+    assert last is not None and last.path.endswith("checkpoint_000002")
+    assert analysis.fetch_trial_dataframes()["t0000"]["loss"].tolist() == [3.0, 1.0]

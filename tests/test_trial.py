@@ -37,3 +37,30 @@ def test_a_cause_with_a_detail_is_still_its_cause() -> None:
     assert StopCause.cause_of(StopCause.DONE) is StopCause.DONE
     assert StopCause.cause_of("done") is StopCause.DONE
     assert StopCause.cause_of("nonsense (x)") is None
+
+
+def test_rays_view_of_a_trial(tmp_path: object) -> None:
+    trial = Trial("ab_00001", 3, "train_ab_00001", {"lr": 0.01, "m": {"w": 64}}, {"cpu": 1.0}, "/x")
+    trial.trainable_name = "train"
+    assert str(trial) == "train_ab_00001" and trial.custom_trial_name is None
+    assert trial.status == Trial.PENDING == "PENDING" and f"{trial.status}" == "PENDING"
+    assert str(TrialStatus.ERROR) == "ERROR"
+    assert trial.local_path == trial.logdir == trial.path == "/x"
+    assert trial.evaluated_params == {"lr": 0.01, "m/w": 64}
+    assert trial.experiment_tag == "3_lr=0.01,m/w=64"
+    assert trial.checkpoint is None and trial.num_failures == 0 and trial.error_file is None
+    assert trial.placement_group_factory.required_resources == {"CPU": 1.0}
+    trial.latest_checkpoint, trial.status, trial.attempt = "/x/c1", TrialStatus.ERROR, 2
+    assert trial.checkpoint is not None and trial.checkpoint.path == "/x/c1"
+    assert trial.num_failures == 3  # two retried, and the last
+    trial.name = "my name"
+    assert trial.custom_trial_name == "my name" == str(trial)
+
+
+def test_an_old_record_gets_its_trainable_name_from_its_name() -> None:
+    trial = Trial("ab_00001", 0, "train_ab_00001", {}, {"cpu": 1.0}, "/x")
+    data = trial.to_json()
+    del data["trainable_name"]
+    assert Trial.from_json(data).trainable_name == "train"
+    data["name"] = "custom"
+    assert Trial.from_json(data).trainable_name == ""

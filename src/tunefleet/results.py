@@ -6,45 +6,45 @@ was flushed), and on one copied or moved elsewhere.
 
 Differences from Ray Tune, on purpose:
 
-- When no trial qualifies as best, `get_best_result` / `get_best_trial` raise an
-  error naming the metric and the metrics that exist (Ray's ExperimentAnalysis
-  returns None, which fails later and far from the cause).
+- When no trial qualifies as best, `ResultGrid.get_best_result` raises (as Ray's does)
+  with a message naming the metric and the metrics that exist;
+  `ExperimentAnalysis.get_best_trial` returns None as Ray's does and logs why.
 - With ``filter_nan_and_inf=False``, NaN ranks last instead of depending on trial
   order. ``scope="all"`` takes each trial's best value that is not NaN (and, when
   filtering, not infinite), so one bad iteration does not disqualify a trial.
+- A trial's error is a `TrialError` that is also an instance of the exception type
+  the trainable raised when that type is a built-in one (Ray: a `RayTaskError`
+  made the same way).
 
 pandas is optional: only the methods that return DataFrames import it. The
 reading, ranking and table building shared by these classes is in
-`tunefleet.progress.snapshot`; `Result` and `ResultGrid` stay defined here so pickles name
-this module.
+`tunefleet.progress.snapshot`, `ExperimentAnalysis` in `tunefleet._analysis`;
+`Result` and `ResultGrid` stay defined here so pickles name this module.
 """
 
 from __future__ import annotations
 
+import builtins
+import functools
+import importlib
 import logging
-import math
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from tunefleet._analysis import ExperimentAnalysis
 from tunefleet._metrics import (
     MetricSpec,
     ModeSpec,
     flatten,
     is_feasible,
-    metric_value,
     objective_point,
     pareto_front,
 )
 from tunefleet.progress.snapshot import MODES as MODES
 from tunefleet.progress.snapshot import SCOPES as SCOPES
-from tunefleet.progress.snapshot import (
-    _dataframe,
-    _metric_and_mode,
-    _ordered_columns,
-    _Snapshot,
-)
+from tunefleet.progress.snapshot import _dataframe, _metric_and_mode, _Snapshot
 from tunefleet.storage.checkpoint import Checkpoint
 from tunefleet.trial import FailureKind, FailureRecord, Trial, TrialStatus
 
@@ -57,6 +57,10 @@ logger = logging.getLogger("tunefleet")
 class TrialError(Exception):
     """Why a trial ended in ERROR; ``str()`` is the cause in one line.
 
+    When the trainable raised a built-in exception (``ValueError``, ``KeyError``...),
+    the error is also an instance of that type, so ``isinstance(result.error,
+    ValueError)`` holds as with Ray's errors.
+
     Attributes:
         failure: the full `FailureRecord` (kind, message, traceback, stderr tail...).
         trial_id: the failed trial.
@@ -66,6 +70,11 @@ class TrialError(Exception):
         super().__init__(failure.one_line())
         self.failure = failure
         self.trial_id = trial_id
+
+    @classmethod
+    def of(cls, failure: FailureRecord, trial_id: str) -> TrialError:
+        """The error of `failure`, an instance of the raised type when it is a built-in one."""
+        return _error_class(failure.exception_type)(failure, trial_id)
 
     @property
     def kind(self) -> FailureKind:
@@ -85,7 +94,19 @@ class TrialError(Exception):
         return self.failure.one_line()
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (TrialError, (self.failure, self.trial_id))
+        return (TrialError.of, (self.failure, self.trial_id))
+
+
+@functools.cache
+def _error_class(exception_type: str | None) -> type[TrialError]:
+    """`TrialError` mixed with the built-in exception type named, if there is one."""
+    cause = getattr(builtins, exception_type or "", None)
+    if not isinstance(cause, type) or not issubclass(cause, Exception) or cause is Exception:
+        return TrialError
+    try:
+        return type(f"TrialError({cause.__name__})", (TrialError, cause), {"__module__": __name__})
+    except TypeError:  # a built-in whose layout cannot be mixed in
+        return TrialError
 
 
 @dataclass
@@ -93,7 +114,8 @@ class Result:
     """The outcome of one trial, as Ray Tune's `Result`.
 
     Attributes:
-        metrics: the last reported result (None if it reported nothing).
+        metrics: the last reported result, with the trial's ``config`` in it as in Ray
+            Tune (``{}`` if it reported nothing).
         config: the trial's configuration.
         checkpoint: its latest checkpoint, or None.
         error: a `TrialError` if the trial ended in ERROR, else None.
@@ -104,7 +126,7 @@ class Result:
         trial_id: the trial's id.
     """
 
-    metrics: dict[str, Any] | None
+    metrics: dict[str, Any]
     config: dict[str, Any]
     checkpoint: Checkpoint | None
     error: TrialError | None
@@ -121,7 +143,7 @@ class Result:
         names = self._experiment.constraints if self._experiment else []
         if not names:
             return None
-        return is_feasible(self.metrics or {}, names)
+        return is_feasible(self.metrics, names)
 
     @property
     def metrics_dataframe(self) -> pd.DataFrame:
@@ -129,21 +151,62 @@ class Result:
         history = self._experiment.history().get(self.trial_id, []) if self._experiment else []
         return _dataframe("Result.metrics_dataframe", [flatten(r) for r in history])
 
+    @property
+    def filesystem(self) -> Any:
+        """The fsspec filesystem that reaches `path` (None when fsspec is not installed)."""
+        return _local_filesystem()
+
+    @classmethod
+    def from_path(cls, path: str | os.PathLike[str]) -> Result:
+        """The `Result` of the trial whose directory is `path` (its experiment is the
+        directory that holds the database, above it)."""
+        target = os.path.realpath(os.fspath(path))
+        where = os.path.dirname(target)
+        while True:
+            try:
+                experiment = _Snapshot(where)
+                break
+            except FileNotFoundError:
+                parent = os.path.dirname(where)
+                if parent == where:
+                    raise FileNotFoundError(
+                        f"Result.from_path({os.fspath(path)!r}): no experiment database in "
+                        "any folder above it; give a trial directory inside an experiment"
+                    ) from None
+                where = parent
+        for trial in experiment.trials:
+            if os.path.realpath(trial.path) == target:
+                return _result(experiment, trial)
+        raise FileNotFoundError(
+            f"Result.from_path({os.fspath(path)!r}): the experiment at {experiment.path} has "
+            f"no trial in that directory (trials: "
+            f"{', '.join(os.path.basename(t.path) for t in experiment.trials[:5]) or 'none'})"
+        )
+
+
+def _local_filesystem() -> Any:
+    try:
+        fsspec = importlib.import_module("fsspec")  # optional (tunefleet[remote])
+    except ImportError:
+        return None
+    return fsspec.filesystem("file")
+
 
 def _result(experiment: _Snapshot, trial: Trial) -> Result:
     """The `Result` of `trial`, reading its checkpoints from `experiment`."""
     error = None
     if trial.status is TrialStatus.ERROR and trial.error is not None:
-        error = TrialError(trial.error, trial.trial_id)
+        error = TrialError.of(trial.error, trial.trial_id)
+    metrics = {**trial.last_result, "config": trial.config} if trial.last_result else {}
     return Result(
-        metrics=dict(trial.last_result) if trial.last_result is not None else None,
+        metrics=metrics,
         config=trial.config,
-        checkpoint=Checkpoint(trial.latest_checkpoint) if trial.latest_checkpoint else None,
+        checkpoint=trial.checkpoint,
         error=error,
         path=trial.path,
         best_checkpoints=[
-            (Checkpoint(path), metrics)
-            for _, path, metrics in experiment.checkpoints.get(trial.trial_id, [])
+            (Checkpoint(path), saved)
+            for _, path, saved in experiment.checkpoints.get(trial.trial_id, [])
         ],
         status=trial.status.value,
         trial_id=trial.trial_id,
@@ -155,10 +218,11 @@ class ResultGrid:
     """The results of every trial of an experiment, as Ray Tune's `ResultGrid`.
 
     Args:
-        experiment_path: the experiment directory (or its database, or its name
-            under the default storage path).
-        metric: default metric for `get_best_result` (default: the experiment's).
-        mode: ``"min"`` or ``"max"`` (default: the experiment's).
+        experiment_analysis: an `ExperimentAnalysis` (Ray's form), or the experiment
+            directory (or its database, or its name under the default storage path).
+        metric: default metric for `get_best_result` (default: the analysis' or the
+            experiment's).
+        mode: ``"min"`` or ``"max"`` (default: the analysis' or the experiment's).
 
     Example:
         >>> grid = ResultGrid("~/tunefleet_results/lstm")  # doctest: +SKIP
@@ -168,20 +232,31 @@ class ResultGrid:
 
     def __init__(
         self,
-        experiment_path: str | os.PathLike[str],
+        experiment_analysis: ExperimentAnalysis | str | os.PathLike[str],
         *,
         metric: MetricSpec = None,
         mode: ModeSpec = None,
     ) -> None:
-        self._experiment = _Snapshot(experiment_path)
-        self._metric: MetricSpec = metric or self._experiment.meta.get("metric")
-        self._mode: ModeSpec = mode or self._experiment.meta.get("mode")
-        self._results = [_result(self._experiment, t) for t in self._experiment.trials]
+        if isinstance(experiment_analysis, ExperimentAnalysis):
+            self._analysis = experiment_analysis
+        else:
+            self._analysis = ExperimentAnalysis(experiment_analysis)
+        self._experiment = self._analysis._experiment
+        meta = self._experiment.meta
+        self._metric: MetricSpec = metric or self._analysis.default_metric or meta.get("metric")
+        self._mode: ModeSpec = mode or self._analysis.default_mode or meta.get("mode")
+        self._results = [_result(self._experiment, t) for t in self._analysis.trials]
 
     @property
     def experiment_path(self) -> str:
         """The experiment directory."""
         return str(self._experiment.path)
+
+    @property
+    def filesystem(self) -> Any:
+        """The filesystem of `experiment_path`: the analysis' `storage_filesystem`, else
+        fsspec's local one (None when fsspec is not installed)."""
+        return self._analysis.filesystem or _local_filesystem()
 
     def __len__(self) -> int:
         return len(self._results)
@@ -236,6 +311,14 @@ class ResultGrid:
                 "there is no single best trial. Use get_pareto_front(), or pass metric= and "
                 "mode= to rank by one of them"
             )
+        metric_, mode_ = _metric_and_mode(metric_, mode_, where)
+        if scope not in SCOPES:
+            raise ValueError(
+                f"{where}: scope={scope!r} is not valid; "
+                f"choose one of {', '.join(map(repr, SCOPES))}"
+            )
+        if len(self._results) == 1:  # Ray: the only trial is the best, whatever it reported
+            return self._results[0]
         trial = self._experiment.best_trial(metric_, mode_, scope, filter_nan_and_inf, where)
         return next(r for r in self._results if r.trial_id == trial.trial_id)
 
@@ -274,7 +357,7 @@ class ResultGrid:
         for result in self._results:
             if result.feasible is False:
                 continue
-            point = objective_point(result.metrics or {}, pairs)
+            point = objective_point(result.metrics, pairs)
             if point is not None:
                 candidates.append((result, point))
         return [candidates[i][0] for i in pareto_front([p for _, p in candidates])]
@@ -298,199 +381,6 @@ class ResultGrid:
 
     def __repr__(self) -> str:
         return f"ResultGrid({self.experiment_path!r}, {len(self)} trials, {self.num_errors} errors)"
-
-
-class ExperimentAnalysis:
-    """Ray Tune's legacy analysis object (what `tune.run` returns).
-
-    Args:
-        experiment_path: the experiment directory (or its database, or its name).
-        default_metric: metric of the ``best_*`` properties (default: the experiment's).
-        default_mode: ``"min"`` or ``"max"`` (default: the experiment's).
-    """
-
-    def __init__(
-        self,
-        experiment_path: str | os.PathLike[str],
-        *,
-        default_metric: str | None = None,
-        default_mode: str | None = None,
-    ) -> None:
-        self._experiment = _Snapshot(experiment_path)
-        self.default_metric: str | None = default_metric or self._experiment.meta.get("metric")
-        self.default_mode: str | None = default_mode or self._experiment.meta.get("mode")
-
-    @property
-    def experiment_path(self) -> str:
-        """The experiment directory."""
-        return str(self._experiment.path)
-
-    @property
-    def trials(self) -> list[Trial]:
-        """Every trial, by index."""
-        return list(self._experiment.trials)
-
-    @property
-    def results(self) -> dict[str, dict[str, Any] | None]:
-        """Trial id -> its last result."""
-        return {t.trial_id: t.last_result for t in self._experiment.trials}
-
-    @property
-    def best_trial(self) -> Trial:
-        """The best trial by the default metric and mode, scope ``"last"``."""
-        return self.get_best_trial(scope="last")
-
-    @property
-    def best_config(self) -> dict[str, Any]:
-        """The configuration of `best_trial`."""
-        return self.best_trial.config
-
-    @property
-    def best_result(self) -> dict[str, Any]:
-        """The last result of `best_trial`."""
-        return self.best_trial.last_result or {}
-
-    @property
-    def best_checkpoint(self) -> Checkpoint | None:
-        """The best checkpoint of `best_trial` (by the default metric and mode)."""
-        return self.get_best_checkpoint(self.best_trial)
-
-    @property
-    def best_logdir(self) -> str:
-        """The directory of `best_trial`."""
-        return self.best_trial.path
-
-    @property
-    def best_dataframe(self) -> pd.DataFrame:
-        """Every result of `best_trial`."""
-        history = self._experiment.history().get(self.best_trial.trial_id, [])
-        return _dataframe("ExperimentAnalysis.best_dataframe", [flatten(r) for r in history])
-
-    @property
-    def best_result_df(self) -> pd.DataFrame:
-        """The last result of `best_trial` as a one-row DataFrame indexed by trial_id."""
-        return self.results_df.loc[[self.best_trial.trial_id]]
-
-    @property
-    def results_df(self) -> pd.DataFrame:
-        """The last result of every trial, one row each, indexed by trial_id."""
-        rows = [
-            {**flatten(t.last_result or {}), "trial_id": t.trial_id}
-            for t in self._experiment.trials
-        ]
-        frame = _dataframe("ExperimentAnalysis.results_df", rows, _ordered_columns(rows))
-        return frame.set_index("trial_id")
-
-    @property
-    def trial_dataframes(self) -> dict[str, pd.DataFrame]:
-        """Trial directory -> DataFrame of all its results."""
-        name = "ExperimentAnalysis.trial_dataframes"
-        history = self._experiment.history()
-        return {
-            t.path: _dataframe(name, [flatten(r) for r in history.get(t.trial_id, [])])
-            for t in self._experiment.trials
-        }
-
-    def dataframe(self, metric: str | None = None, mode: str | None = None) -> pd.DataFrame:
-        """One row per trial: its last result, or its best by `metric` and `mode` if given."""
-        if mode is not None and metric is None:
-            raise ValueError(
-                f"ExperimentAnalysis.dataframe(): mode={mode!r} was given without a metric"
-            )
-        return self._experiment.table(metric, mode, "ExperimentAnalysis.dataframe()")
-
-    def get_best_trial(
-        self,
-        metric: str | None = None,
-        mode: str | None = None,
-        scope: str = "last",
-        filter_nan_and_inf: bool = True,
-    ) -> Trial:
-        """The best trial; same rules and errors as `ResultGrid.get_best_result`."""
-        return self._experiment.best_trial(
-            metric or self.default_metric,
-            mode or self.default_mode,
-            scope,
-            filter_nan_and_inf,
-            "ExperimentAnalysis.get_best_trial()",
-        )
-
-    def get_best_config(
-        self, metric: str | None = None, mode: str | None = None, scope: str = "last"
-    ) -> dict[str, Any]:
-        """The configuration of the best trial."""
-        return self.get_best_trial(metric, mode, scope).config
-
-    def get_best_logdir(
-        self, metric: str | None = None, mode: str | None = None, scope: str = "last"
-    ) -> str:
-        """The directory of the best trial."""
-        return self.get_best_trial(metric, mode, scope).path
-
-    def get_best_checkpoint(
-        self, trial: Trial | str, metric: str | None = None, mode: str | None = None
-    ) -> Checkpoint | None:
-        """The trial's best checkpoint still on disk, ranked by the metrics it was saved with.
-
-        Args:
-            trial: a `Trial`, a trial id, or a trial directory.
-            metric: default: the analysis' metric, else ``training_iteration`` (the latest).
-            mode: default: the analysis' mode (``"max"`` for ``training_iteration``).
-
-        Returns:
-            The checkpoint, or None if the trial has none with a finite value of the metric.
-        """
-        found = self._find(trial)
-        if metric is None and self.default_metric is None:
-            metric, mode = "training_iteration", mode or "max"
-        metric, mode = _metric_and_mode(
-            metric or self.default_metric, mode or self.default_mode, "get_best_checkpoint()"
-        )
-        sign = 1.0 if mode == "min" else -1.0
-        best: tuple[float, str] | None = None
-        for _, path, metrics in self._experiment.checkpoints.get(found.trial_id, []):
-            value = metric_value(metrics, metric)
-            if (
-                value is not None
-                and math.isfinite(value)
-                and (best is None or sign * value <= best[0])
-            ):
-                best = (sign * value, path)  # `<=`: on ties the newer checkpoint wins
-        if best is None:
-            logger.warning(
-                "Trial %s has no checkpoint with a finite %r on disk", found.trial_id, metric
-            )
-            return None
-        return Checkpoint(best[1])
-
-    def get_last_checkpoint(
-        self,
-        trial: Trial | str | None = None,
-        metric: str = "training_iteration",
-        mode: str = "max",
-    ) -> Checkpoint | None:
-        """The latest checkpoint still on disk of `trial` (default: `best_trial`)."""
-        return self.get_best_checkpoint(self.best_trial if trial is None else trial, metric, mode)
-
-    def get_all_configs(self, prefix: bool = False) -> dict[str, dict[str, Any]]:
-        """Trial directory -> configuration (flattened with ``config/`` keys if `prefix`)."""
-        return {
-            t.path: flatten(t.config, prefix="config/") if prefix else t.config
-            for t in self._experiment.trials
-        }
-
-    def _find(self, trial: Trial | str) -> Trial:
-        key = trial.trial_id if isinstance(trial, Trial) else os.fspath(trial)
-        for t in self._experiment.trials:
-            if key in (t.trial_id, t.path):
-                return t
-        ids = ", ".join(t.trial_id for t in self._experiment.trials[:5])
-        raise KeyError(f"No trial {key!r} in {self.experiment_path} (trials: {ids or 'none'})")
-
-    def __repr__(self) -> str:
-        return (
-            f"ExperimentAnalysis({self.experiment_path!r}, {len(self._experiment.trials)} trials)"
-        )
 
 
 __all__ = [

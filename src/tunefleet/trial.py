@@ -9,7 +9,11 @@ from __future__ import annotations
 import enum
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
+
+from tunefleet._metrics import flatten
+from tunefleet.resources import PlacementGroupFactory
+from tunefleet.storage.checkpoint import Checkpoint
 
 
 class StopCause(str, enum.Enum):
@@ -82,6 +86,12 @@ class TrialStatus(str, enum.Enum):
     @property
     def is_finished(self) -> bool:
         return self in (TrialStatus.TERMINATED, TrialStatus.ERROR)
+
+    def __str__(self) -> str:  # Ray's statuses are plain strings: print "ERROR", not the member
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
 
 
 class FailureKind(str, enum.Enum):
@@ -157,7 +167,20 @@ class Trial:
     `epoch` counts the starts of this trial (first start, resumes, retries): the
     backend tags every message with it, so late messages of an old attempt are
     recognised and dropped. `attempt` counts failures that were retried.
+
+    Callbacks and loggers written for Ray Tune read the same attributes they read on
+    Ray's `Trial`: ``str(trial)`` is its name, `trial_id`, `config`, `status` (compare
+    with ``Trial.TERMINATED`` and the like, or the same strings), `last_result`,
+    `checkpoint`, `local_path` / `path` / `logdir`, `trainable_name`,
+    `custom_trial_name`, `experiment_tag`, `evaluated_params`, `num_failures`,
+    `error_file` and `placement_group_factory`.
     """
+
+    PENDING: ClassVar[str] = TrialStatus.PENDING.value
+    RUNNING: ClassVar[str] = TrialStatus.RUNNING.value
+    PAUSED: ClassVar[str] = TrialStatus.PAUSED.value
+    TERMINATED: ClassVar[str] = TrialStatus.TERMINATED.value
+    ERROR: ClassVar[str] = TrialStatus.ERROR.value
 
     trial_id: str
     index: int
@@ -178,12 +201,66 @@ class Trial:
     created_at: float = field(default_factory=time.time)
     started_at: float | None = None
     ended_at: float | None = None
+    trainable_name: str = ""  # from_json reads it from `name` in records that lack it
 
     @property
     def iteration(self) -> int:
         if self.last_result is None:
             return 0
         return int(self.last_result.get("training_iteration", 0))
+
+    # -- Ray Tune's view of a trial (read-only) ------------------------------------------------
+    @property
+    def checkpoint(self) -> Checkpoint | None:
+        """Its latest checkpoint, or None."""
+        return Checkpoint(self.latest_checkpoint) if self.latest_checkpoint else None
+
+    @property
+    def local_path(self) -> str:
+        """The trial's directory (Ray: its local results directory)."""
+        return self.path
+
+    @property
+    def logdir(self) -> str:
+        """The trial's directory (Ray's older name for `local_path`)."""
+        return self.path
+
+    @property
+    def custom_trial_name(self) -> str | None:
+        """The name `TuneConfig.trial_name_creator` gave it, else None."""
+        return None if self.name == self._default_name() else self.name
+
+    @property
+    def experiment_tag(self) -> str:
+        """Its index and configuration in one line, e.g. ``"3_lr=0.0100,width=64"``."""
+        values = ",".join(f"{k}={_tag_value(v)}" for k, v in self.evaluated_params.items())
+        return f"{self.index}_{values}" if values else str(self.index)
+
+    @property
+    def evaluated_params(self) -> dict[str, Any]:
+        """The configuration, flattened with ``/`` (Ray: the sampled values only)."""
+        return flatten(self.config)
+
+    @property
+    def num_failures(self) -> int:
+        """How many times it failed (retried failures, and the last one if it ended in ERROR)."""
+        return self.attempt + (self.status is TrialStatus.ERROR)
+
+    @property
+    def error_file(self) -> str | None:
+        """None: the failure is in `error` (its message and traceback), not in a file."""
+        return None
+
+    @property
+    def placement_group_factory(self) -> PlacementGroupFactory:
+        """Its resources as Ray's `PlacementGroupFactory` (one bundle)."""
+        return PlacementGroupFactory.of(self.resources)
+
+    def _default_name(self) -> str:
+        return f"{self.trainable_name}_{self.trial_id}" if self.trainable_name else self.name
+
+    def __str__(self) -> str:
+        return self.name
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -206,13 +283,16 @@ class Trial:
             "created_at": self.created_at,
             "started_at": self.started_at,
             "ended_at": self.ended_at,
+            "trainable_name": self.trainable_name,
         }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Trial:
         error = data.get("error")
+        name, suffix = str(data.get("name", "")), f"_{data.get('trial_id')}"
         return cls(
             **{
+                "trainable_name": name[: -len(suffix)] if name.endswith(suffix) else "",
                 **data,
                 "status": TrialStatus(data["status"]),
                 "error": FailureRecord.from_json(error) if error else None,
@@ -222,6 +302,11 @@ class Trial:
 
     def __repr__(self) -> str:
         return f"Trial({self.name!r}, {self.status.value})"
+
+
+def _tag_value(value: Any) -> str:
+    """A value as Ray writes it in an experiment tag (floats with 4 significant digits)."""
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
 __all__ = [

@@ -71,7 +71,7 @@ def test_time_budget_is_virtual(tmp_path: Any) -> None:
     assert time.perf_counter() - started < 5.0  # an hour of virtual time
     df = results.get_dataframe()
     assert df["timestamp"].max() <= 3600.0 + 1.0
-    ran = [r for r in results if r.metrics is not None]
+    ran = [r for r in results if r.metrics]  # {} when the trial reported nothing
     assert len(ran) == 2  # two workers, nobody reached 1000 steps
     for r in ran:
         assert r.status == "TERMINATED"

@@ -9,5 +9,5 @@ from tunefleet.results import Result
 
 def metrics_of(result: Result) -> dict[str, Any]:
     """The last metrics the result's trial reported; it must have reported some."""
-    assert result.metrics is not None, f"the trial at {result.path} reported nothing"
+    assert result.metrics, f"the trial at {result.path} reported nothing"
     return result.metrics

@@ -223,7 +223,7 @@ def _best(args: argparse.Namespace) -> int:
     print("Config:")
     print(_json(best.config))
     print("Metrics:")
-    print(_json(best.metrics or {}))
+    print(_json({k: v for k, v in best.metrics.items() if k != "config"}))  # shown above
     print(f"Checkpoint: {best.checkpoint.path if best.checkpoint else 'none'}")
     print(f"Directory: {best.path}")
     return 0

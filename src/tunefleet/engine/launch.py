@@ -24,6 +24,7 @@ def new_trial(spec: ExperimentSpec, trial_id: str, index: int, config: dict[str,
         config=config,
         resources=dict(spec.resources),
         path="",
+        trainable_name=spec.trainable_name,
     )
     if spec.trial_name_creator is not None:
         trial.name = str(spec.trial_name_creator(trial))

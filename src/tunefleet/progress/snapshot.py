@@ -43,6 +43,10 @@ class _Snapshot:
                 self._history = reader.all_results()
         return self._history
 
+    def forget_history(self) -> None:
+        """Read the results again on the next `history()`."""
+        self._history = None
+
     def values(self, trial: Trial, metric: str, *, all_of_them: bool) -> list[float]:
         """The numeric values of `metric` the trial reported (only the last if enough)."""
         if not all_of_them and trial.last_result is not None:
@@ -65,7 +69,20 @@ class _Snapshot:
         """The best trial by `metric`/`mode` under Ray's `scope` rules (ties: lowest index).
 
         With constraints, only trials whose last result is feasible qualify.
+
+        Raises:
+            ValueError: no metric or mode, or a bad mode or scope.
+            RuntimeError: no trial qualifies; the message says why.
         """
+        found, message = self.find_best(metric, mode, scope, filter_nan_and_inf, where)
+        if found is None:
+            raise RuntimeError(message)
+        return found
+
+    def find_best(
+        self, metric: str | None, mode: str | None, scope: str, filter_nan_and_inf: bool, where: str
+    ) -> tuple[Trial | None, str]:
+        """`best_trial`, or None and why none qualifies (bad arguments still raise)."""
         metric, mode = _metric_and_mode(metric, mode, where)
         if scope not in SCOPES:
             raise ValueError(
@@ -89,8 +106,8 @@ class _Snapshot:
             if best is None or key < best[0]:
                 best = (key, trial)
         if best is not None:
-            return best[1]
-        raise RuntimeError(self._no_best(metric, mode, scope, seen, where))
+            return best[1], ""
+        return None, self._no_best(metric, mode, scope, seen, where)
 
     def _no_best(self, metric: str, mode: str, scope: str, seen: int, where: str) -> str:
         head = (

@@ -1,0 +1,318 @@
+"""`ExperimentAnalysis`, Ray Tune's analysis object (what `tune.run` returns).
+
+Re-exported by `tunefleet.results`, where `ResultGrid` wraps one. Everything is keyed
+by trial id and shaped as in Ray Tune 2.x; the data comes from the experiment's
+database (`tunefleet.progress.snapshot`).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from typing import TYPE_CHECKING, Any
+
+from tunefleet._metrics import flatten, metric_value
+from tunefleet.progress.snapshot import MODES, SCOPES, _dataframe, _ordered_columns, _Snapshot
+from tunefleet.storage.checkpoint import Checkpoint
+from tunefleet.trial import Trial
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    import pandas as pd
+
+logger = logging.getLogger("tunefleet")
+
+_ANONYMOUS_METRIC = "_metric"  # Ray's DEFAULT_METRIC: a mode without a metric ranks by it
+_NO_DEFAULTS = (
+    "ExperimentAnalysis.{name}: no metric given, and no default metric and mode. Pass "
+    "metric= and mode= to tune.run() (or TuneConfig(metric=..., mode=...)), or call "
+    "{instead} with them"
+)
+
+
+class ExperimentAnalysis:
+    """The results of an experiment, as Ray Tune's `ExperimentAnalysis`.
+
+    Args:
+        experiment_checkpoint_path: the experiment directory (or its database, a file
+            in it such as Ray's ``experiment_state.json``, or its name under the
+            default storage path).
+        storage_filesystem: the fsspec filesystem of the experiment's storage (kept as
+            `filesystem`; the database is read locally).
+        trials: the trials to analyse (default: every trial of the experiment).
+        default_metric: metric of the ``best_*`` properties (default: the experiment's).
+        default_mode: ``"min"`` or ``"max"`` (default: the experiment's).
+
+    Example:
+        >>> analysis = tune.ExperimentAnalysis("~/tunefleet_results/exp")  # doctest: +SKIP
+        >>> analysis.get_best_config(metric="loss", mode="min")  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        experiment_checkpoint_path: str | os.PathLike[str],
+        *,
+        storage_filesystem: Any = None,
+        trials: Iterable[Trial] | None = None,
+        default_metric: str | None = None,
+        default_mode: str | None = None,
+    ) -> None:
+        path = os.fspath(experiment_checkpoint_path)
+        if path.endswith(".json") and os.path.isfile(path):
+            path = os.path.dirname(path)  # Ray's experiment_state.json names its directory
+        if default_mode is not None and default_mode not in MODES:
+            raise ValueError(
+                f"ExperimentAnalysis: default_mode={default_mode!r} is not valid; "
+                "choose 'min' or 'max' (or None)"
+            )
+        self._experiment = _Snapshot(path)
+        if trials is not None:
+            self._experiment.trials = list(trials)
+        self.filesystem = storage_filesystem
+        self.default_metric: str | None = default_metric or self._experiment.meta.get("metric")
+        self.default_mode: str | None = default_mode or self._experiment.meta.get("mode")
+        if self.default_metric is None and self.default_mode is not None:
+            self.default_metric = _ANONYMOUS_METRIC
+
+    @property
+    def experiment_path(self) -> str:
+        """The experiment directory."""
+        return str(self._experiment.path)
+
+    @property
+    def trials(self) -> list[Trial]:
+        """Every trial, in the order they were created."""
+        return self._experiment.trials
+
+    # -- every trial ---------------------------------------------------------------------------
+    @property
+    def results(self) -> dict[str, dict[str, Any]]:
+        """Trial id -> its last result (``{}`` if it reported nothing)."""
+        return {t.trial_id: dict(t.last_result or {}) for t in self.trials}
+
+    @property
+    def results_df(self) -> pd.DataFrame:
+        """The last result of every trial, one row each (nested keys joined with "/"),
+        indexed by trial_id."""
+        rows = [{**flatten(t.last_result or {}), "trial_id": t.trial_id} for t in self.trials]
+        frame = _dataframe("ExperimentAnalysis.results_df", rows, _ordered_columns(rows))
+        return frame.set_index("trial_id")
+
+    @property
+    def trial_dataframes(self) -> dict[str, pd.DataFrame]:
+        """Trial id -> every result it reported, one row each (empty if none)."""
+        name = "ExperimentAnalysis.trial_dataframes"
+        history = self._experiment.history()
+        return {
+            t.trial_id: _dataframe(name, [flatten(r) for r in history.get(t.trial_id, [])])
+            for t in self.trials
+        }
+
+    def fetch_trial_dataframes(self) -> dict[str, pd.DataFrame]:
+        """`trial_dataframes`, read again from the experiment's database."""
+        self._experiment.forget_history()
+        return self.trial_dataframes
+
+    def get_all_configs(self, prefix: bool = False) -> dict[str, dict[str, Any]]:
+        """Trial id -> configuration (flattened with ``config/`` keys if `prefix`)."""
+        return {
+            t.trial_id: flatten(t.config, prefix="config/") if prefix else t.config
+            for t in self.trials
+        }
+
+    def dataframe(self, metric: str | None = None, mode: str | None = None) -> pd.DataFrame:
+        """One row per trial: its last result, or with `metric` and `mode` the result
+        where `metric` was best; with ``config/...`` columns, trial_id and logdir."""
+        if mode is not None and metric is None:
+            raise ValueError(
+                f"ExperimentAnalysis.dataframe(): mode={mode!r} was given without a metric"
+            )
+        return self._experiment.table(metric, mode, "ExperimentAnalysis.dataframe()")
+
+    # -- the best trial ------------------------------------------------------------------------
+    def get_best_trial(
+        self,
+        metric: str | None = None,
+        mode: str | None = None,
+        scope: str = "last",
+        filter_nan_and_inf: bool = True,
+    ) -> Trial | None:
+        """The best trial, or None (with a warning saying why) if no trial qualifies.
+
+        Args:
+            metric: the metric to rank by (default: `default_metric`).
+            mode: ``"min"`` or ``"max"`` (default: `default_mode`).
+            scope: ``"last"``, ``"avg"``, ``"last-5-avg"``, ``"last-10-avg"`` or ``"all"``
+                (each trial's best value), as in `ResultGrid.get_best_result`.
+            filter_nan_and_inf: skip NaN and infinite values.
+
+        As in Ray Tune, an experiment of one trial returns that trial.
+
+        Raises:
+            ValueError: no metric or mode given and no default, or a bad mode or scope.
+        """
+        where = "ExperimentAnalysis.get_best_trial()"
+        if scope not in SCOPES:
+            raise ValueError(
+                f"{where}: scope={scope!r} is not valid; "
+                f"choose one of {', '.join(map(repr, SCOPES))}"
+            )
+        if len(self.trials) == 1:
+            return self.trials[0]
+        found, why = self._experiment.find_best(
+            metric or self.default_metric,
+            mode or self.default_mode,
+            scope,
+            filter_nan_and_inf,
+            where,
+        )
+        if found is None:
+            logger.warning("%s", why)
+        return found
+
+    def get_best_config(
+        self, metric: str | None = None, mode: str | None = None, scope: str = "last"
+    ) -> dict[str, Any] | None:
+        """The configuration of the best trial, or None if no trial qualifies."""
+        best = self.get_best_trial(metric, mode, scope)
+        return best.config if best is not None else None
+
+    def get_best_logdir(
+        self, metric: str | None = None, mode: str | None = None, scope: str = "last"
+    ) -> str | None:
+        """The directory of the best trial, or None if no trial qualifies."""
+        best = self.get_best_trial(metric, mode, scope)
+        return best.path if best is not None else None
+
+    @property
+    def best_trial(self) -> Trial | None:
+        """The best trial by the default metric and mode, scope ``"last"``."""
+        self._need_defaults("best_trial", "get_best_trial()")
+        return self.get_best_trial()
+
+    @property
+    def best_config(self) -> dict[str, Any] | None:
+        """The configuration of `best_trial`."""
+        self._need_defaults("best_config", "get_best_config()")
+        return self.get_best_config()
+
+    @property
+    def best_result(self) -> dict[str, Any]:
+        """The last result of `best_trial`."""
+        return dict(self._best("best_result", "get_best_trial(...).last_result").last_result or {})
+
+    @property
+    def best_checkpoint(self) -> Checkpoint | None:
+        """The best checkpoint of `best_trial` by the default metric and mode."""
+        best = self._best("best_checkpoint", "get_best_checkpoint(trial, metric, mode)")
+        return self.get_best_checkpoint(best, self.default_metric, self.default_mode)
+
+    @property
+    def best_logdir(self) -> str:
+        """The directory of `best_trial`."""
+        return self._best("best_logdir", "get_best_logdir()").path
+
+    @property
+    def best_dataframe(self) -> pd.DataFrame:
+        """Every result of `best_trial`, one row each."""
+        best = self._best("best_dataframe", "get_best_trial() and trial_dataframes")
+        return self.trial_dataframes[best.trial_id]
+
+    @property
+    def best_result_df(self) -> pd.DataFrame:
+        """The last result of `best_trial` as a one-row DataFrame indexed by trial_id."""
+        best = self._best("best_result_df", "get_best_trial() and results_df")
+        return self.results_df.loc[[best.trial_id]]
+
+    def _need_defaults(self, name: str, instead: str) -> None:
+        if not self.default_metric or not self.default_mode:
+            raise ValueError(_NO_DEFAULTS.format(name=name, instead=instead))
+
+    def _best(self, name: str, instead: str) -> Trial:
+        """`best_trial`, which must exist: Ray fails later with an AttributeError."""
+        self._need_defaults(name, instead)
+        best = self.get_best_trial()
+        if best is None:
+            _, why = self._experiment.find_best(
+                self.default_metric, self.default_mode, "last", True, f"ExperimentAnalysis.{name}"
+            )
+            raise ValueError(why)
+        return best
+
+    # -- checkpoints ---------------------------------------------------------------------------
+    def get_trial_checkpoints_paths(
+        self, trial: Trial | str, metric: str | None = None
+    ) -> list[tuple[str, Any]]:
+        """``(path, value of metric)`` of each checkpoint of `trial` still on disk, oldest
+        first (metric default: `default_metric`, else ``training_iteration``)."""
+        found = self._find(trial)
+        name = metric or self.default_metric or "training_iteration"
+        return [
+            (path, metric_value(metrics, name))
+            for _, path, metrics in self._experiment.checkpoints.get(found.trial_id, [])
+        ]
+
+    def get_best_checkpoint(
+        self, trial: Trial | str, metric: str | None = None, mode: str | None = None
+    ) -> Checkpoint | None:
+        """The trial's best checkpoint still on disk, ranked by the metrics it was saved with.
+
+        Args:
+            trial: a `Trial`, a trial id, or a trial directory.
+            metric: default: `default_metric`, else ``training_iteration`` (the latest).
+            mode: default: `default_mode`, else ``"max"``.
+
+        Returns:
+            The checkpoint, or None (logged) if the trial has none with a value of the
+            metric that is not NaN. On a tie the newer checkpoint wins.
+        """
+        found = self._find(trial)
+        name = metric or self.default_metric or "training_iteration"
+        order = mode or self.default_mode or "max"
+        if order not in MODES:
+            raise ValueError(
+                f"ExperimentAnalysis.get_best_checkpoint(): mode={order!r} is not valid; "
+                "choose 'min' or 'max'"
+            )
+        sign = 1.0 if order == "min" else -1.0
+        best: tuple[float, str] | None = None
+        for _, path, metrics in self._experiment.checkpoints.get(found.trial_id, []):
+            value = metric_value(metrics, name)
+            if value is None or math.isnan(value):
+                continue
+            if best is None or sign * value <= best[0]:
+                best = (sign * value, path)
+        if best is None:
+            logger.error(
+                "No checkpoint of trial %s with a value of %r (that is not NaN) is on disk",
+                found,
+                name,
+            )
+            return None
+        return Checkpoint(best[1])
+
+    def get_last_checkpoint(
+        self,
+        trial: Trial | str | None = None,
+        metric: str = "training_iteration",
+        mode: str = "max",
+    ) -> Checkpoint | None:
+        """The latest checkpoint on disk of `trial` (default: the best trial by `metric`
+        and `mode`, that is the one that ran longest)."""
+        chosen = trial if trial is not None else self.get_best_trial(metric, mode)
+        if chosen is None:
+            return None
+        return self.get_best_checkpoint(chosen, "training_iteration", "max")
+
+    def _find(self, trial: Trial | str) -> Trial:
+        key = trial.trial_id if isinstance(trial, Trial) else os.fspath(trial)
+        for t in self.trials:
+            if key in (t.trial_id, t.path, t.name):
+                return t
+        ids = ", ".join(t.trial_id for t in self.trials[:5])
+        raise KeyError(f"No trial {key!r} in {self.experiment_path} (trials: {ids or 'none'})")
+
+    def __repr__(self) -> str:
+        return f"ExperimentAnalysis({self.experiment_path!r}, {len(self.trials)} trials)"
