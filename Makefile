@@ -13,6 +13,8 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet $(TORCH)
 	$(BIN)/pip install --quiet -e '.[dev,torch]'
+	# HEBO pins numpy<1.25 in its metadata but runs on numpy 2 (its needs are in [dev])
+	$(BIN)/pip install --quiet --no-deps 'HEBO==0.3.6'
 	touch $(STAMP)
 
 # Benchmarks also plot (matplotlib) and train on scikit-learn's bundled digits.
