@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from tunefleet._metrics import flatten, metric_value
 from tunefleet.progress.snapshot import MODES, SCOPES, _dataframe, _ordered_columns, _Snapshot
 from tunefleet.storage.checkpoint import Checkpoint
+from tunefleet.store import StoreReader
 from tunefleet.trial import Trial
 
 if TYPE_CHECKING:
@@ -89,24 +90,31 @@ class ExperimentAnalysis:
     # -- every trial ---------------------------------------------------------------------------
     @property
     def results(self) -> dict[str, dict[str, Any]]:
-        """Trial id -> its last result (``{}`` if it reported nothing)."""
-        return {t.trial_id: dict(t.last_result or {}) for t in self.trials}
+        """Trial id -> its last result with its ``config`` in it, as in Ray Tune (``{}``
+        if it reported nothing)."""
+        return {t.trial_id: last_result_with_config(t) for t in self.trials}
 
     @property
     def results_df(self) -> pd.DataFrame:
-        """The last result of every trial, one row each (nested keys joined with "/"),
-        indexed by trial_id."""
-        rows = [{**flatten(t.last_result or {}), "trial_id": t.trial_id} for t in self.trials]
+        """The last result of every trial, one row each (nested keys joined with "/", the
+        config as ``config/<key>`` columns), indexed by trial_id."""
+        rows = [
+            {**flatten(last_result_with_config(t)), "trial_id": t.trial_id} for t in self.trials
+        ]
         frame = _dataframe("ExperimentAnalysis.results_df", rows, _ordered_columns(rows))
         return frame.set_index("trial_id")
 
     @property
     def trial_dataframes(self) -> dict[str, pd.DataFrame]:
-        """Trial id -> every result it reported, one row each (empty if none)."""
+        """Trial id -> every result it reported, one row each (empty if none), with the
+        config in effect for it as ``config/<key>`` columns, as Ray Tune's."""
         name = "ExperimentAnalysis.trial_dataframes"
         history = self._experiment.history()
+        exploits = exploits_by_trial(self._experiment)
         return {
-            t.trial_id: _dataframe(name, [flatten(r) for r in history.get(t.trial_id, [])])
+            t.trial_id: _dataframe(
+                name, history_rows(t, history.get(t.trial_id, []), exploits.get(t.trial_id, []))
+            )
             for t in self.trials
         }
 
@@ -201,7 +209,7 @@ class ExperimentAnalysis:
     @property
     def best_result(self) -> dict[str, Any]:
         """The last result of `best_trial`."""
-        return dict(self._best("best_result", "get_best_trial(...).last_result").last_result or {})
+        return last_result_with_config(self._best("best_result", "get_best_trial().last_result"))
 
     @property
     def best_checkpoint(self) -> Checkpoint | None:
@@ -316,3 +324,67 @@ class ExperimentAnalysis:
 
     def __repr__(self) -> str:
         return f"ExperimentAnalysis({self.experiment_path!r}, {len(self.trials)} trials)"
+
+
+# -- each result with the config it was reported under ---------------------------------------------
+def last_result_with_config(trial: Trial) -> dict[str, Any]:
+    """The trial's last result with ``"config"`` in it, as Ray Tune's (``{}`` if none)."""
+    return {**trial.last_result, "config": trial.config} if trial.last_result else {}
+
+
+def exploits_by_trial(experiment: _Snapshot) -> dict[str, list[dict[str, Any]]]:
+    """Trial id -> its PBT exploits (the "exploit" events' data), oldest first."""
+    with StoreReader(experiment.path) as reader:
+        events = reader.events(kinds="exploit")
+    found: dict[str, list[dict[str, Any]]] = {}
+    for event in events:
+        found.setdefault(event["trial_id"], []).append(event["data"])
+    return found
+
+
+def history_rows(
+    trial: Trial, history: list[dict[str, Any]], exploits: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """Each result flattened with "/", the config it was reported under as ``config/...``.
+
+    A trial PBT exploited changed its config after the result at the exploit's
+    ``at_iteration``; its results before that carry the old config, as in Ray Tune.
+    """
+    configs = _configs_over_time(trial, history, exploits)
+    return [
+        {
+            **flatten({k: v for k, v in result.items() if k != "config"}),
+            **flatten(config, prefix="config/"),
+        }
+        for result, config in zip(history, configs, strict=True)
+    ]
+
+
+def _configs_over_time(
+    trial: Trial, history: list[dict[str, Any]], exploits: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """The config each result was reported under.
+
+    Between two exploits the iterations rise; the run before an exploit ends with the
+    result at its ``at_iteration`` (the trial's iteration when it was exploited).
+    """
+    pending = list(exploits)
+    config: dict[str, Any] = pending[0]["old_config"] if pending else trial.config
+    out: list[dict[str, Any]] = []
+    previous: float | None = None
+    for result in history:
+        iteration = _iteration(result)
+        if pending and previous is not None and iteration is not None and iteration <= previous:
+            config = pending.pop(0)["new_config"]  # the run restarted without reaching the mark
+        out.append(config)
+        previous = iteration
+        mark = _iteration(pending[0], "at_iteration") if pending else None
+        if mark is not None and iteration is not None and iteration >= mark:
+            config = pending.pop(0)["new_config"]
+            previous = None
+    return out
+
+
+def _iteration(data: dict[str, Any], key: str = "training_iteration") -> float | None:
+    value = data.get(key)
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None

@@ -33,11 +33,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tunefleet._analysis import ExperimentAnalysis
+from tunefleet._analysis import ExperimentAnalysis, exploits_by_trial, history_rows
 from tunefleet._metrics import (
     MetricSpec,
     ModeSpec,
-    flatten,
     is_feasible,
     objective_point,
     pareto_front,
@@ -147,9 +146,17 @@ class Result:
 
     @property
     def metrics_dataframe(self) -> pd.DataFrame:
-        """Every result the trial reported, one row each (nested keys joined with "/")."""
-        history = self._experiment.history().get(self.trial_id, []) if self._experiment else []
-        return _dataframe("Result.metrics_dataframe", [flatten(r) for r in history])
+        """Every result the trial reported, one row each (nested keys joined with "/"),
+        with the config it was reported under as ``config/<key>`` columns, as Ray Tune's."""
+        name = "Result.metrics_dataframe"
+        experiment = self._experiment
+        trials = experiment.trials if experiment is not None else []
+        trial = next((t for t in trials if t.trial_id == self.trial_id), None)
+        if experiment is None or trial is None:
+            return _dataframe(name, [])
+        history = experiment.history().get(self.trial_id, [])
+        exploits = exploits_by_trial(experiment).get(self.trial_id, []) if history else []
+        return _dataframe(name, history_rows(trial, history, exploits))
 
     @property
     def filesystem(self) -> Any:

@@ -196,6 +196,19 @@ def test_metrics_dataframe_has_every_report(best_result):
     assert list(df["loss"]) == pytest.approx([0.03, 0.02, 0.01])
 
 
+def test_metrics_dataframe_has_config_columns(best_result):
+    df = best_result.metrics_dataframe
+    assert list(df["config/lr"]) == [GOOD[0]] * 3
+    assert list(df["config/momentum"]) == [0.9] * 3
+
+
+def test_trial_dataframes_and_results_carry_the_config(analysis, trials):
+    trial_id = trials[GOOD[1]].trial_id
+    assert list(analysis.trial_dataframes[trial_id]["config/lr"]) == [GOOD[1]] * 3
+    assert analysis.results[trial_id]["config"] == {"lr": GOOD[1], "momentum": 0.9}
+    assert analysis.results_df.loc[trial_id, "config/momentum"] == 0.9
+
+
 def test_a_failed_trial_keeps_what_it_reported(by_lr):
     result = by_lr[DIVERGES]
     assert result.metrics["loss"] == pytest.approx(5.0)

@@ -119,10 +119,6 @@ def test_asha_vs_random(ported: Path) -> None:
     assert re.search(r"^ASHA .* \d+/12$", out, re.MULTILINE), out
 
 
-@pytest.mark.xfail(
-    reason="tunefleet's Result.metrics_dataframe has no config/<key> columns (Ray's has)",
-    strict=False,
-)
 def test_pbt_schedule(ported: Path) -> None:
     out = run(
         ported, ["pbt_schedule.py", "--smoke", "--storage-path", str(ported.parent / "r")], 90
