@@ -3,11 +3,14 @@ columns, as Ray Tune's), PBT's config changes included; `Result.get_best_checkpo
 
 from __future__ import annotations
 
+import math
+import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tunefleet.checkpoint import Checkpoint
 from tunefleet.results import ExperimentAnalysis, ResultGrid
 from tunefleet.store import ExperimentStore
 from tunefleet.trial import Trial, TrialStatus
@@ -105,3 +108,57 @@ def test_last_results_carry_the_current_config(pbt: Path) -> None:
     frame = analysis.results_df
     assert frame.loc["t0000", "config/lr"] == 0.3 and frame.loc["t0001", "config/net/width"] == 2
     assert analysis.best_result["config"] == {"lr": 0.3, "net": {"width": 8}}
+
+
+# -- Result.get_best_checkpoint ------------------------------------------------------------------
+@pytest.fixture
+def saved(tmp_path: Path) -> Path:
+    """One trial with checkpoints 1-5 (loss 3, 1, NaN, 1, 2; `acc` only from 4 on,
+    `nested/f1` on 5), one trial without checkpoints."""
+    path = tmp_path / "saved"
+    losses = [3.0, 1.0, math.nan, 1.0, 2.0]
+    with ExperimentStore(path) as store:
+        trial = _trial(path, 0, {"lr": 0.1})
+        store.add_trial(trial)
+        for it, loss in enumerate(losses, start=1):
+            result: dict[str, Any] = {"training_iteration": it, "loss": loss, "note": "x"}
+            if it >= 4:
+                result["acc"] = it / 10
+            if it == 5:
+                result["nested"] = {"f1": 0.5}
+            store.add_result(trial.trial_id, result)
+            ckpt = os.path.join(trial.path, "checkpoints", f"checkpoint_{it:06d}")
+            store.add_checkpoint(trial.trial_id, it, ckpt, result)
+            trial.last_result, trial.latest_checkpoint = result, ckpt
+        store.update_trial(trial)
+        store.add_trial(_trial(path, 1, {"lr": 0.2}))
+    return path
+
+
+def _step(checkpoint: Checkpoint | None) -> int:
+    assert checkpoint is not None
+    return int(os.path.basename(checkpoint.path).split("_")[1])
+
+
+def test_get_best_checkpoint_by_min_and_max(saved: Path) -> None:
+    result = ResultGrid(saved)[0]
+    assert _step(result.get_best_checkpoint("loss", "min")) == 2  # a tie: the older wins
+    assert _step(result.get_best_checkpoint("loss", "max")) == 1  # NaN never wins
+    assert _step(result.get_best_checkpoint("acc", "min")) == 4  # the others lack acc
+    assert _step(result.get_best_checkpoint("nested/f1", "max")) == 5
+    assert _step(result.get_best_checkpoint(metric="training_iteration", mode="max")) == 5
+
+
+def test_get_best_checkpoint_bad_input_is_named(saved: Path) -> None:
+    grid = ResultGrid(saved)
+    result = grid[0]
+    with pytest.raises(ValueError, match=r"mode='minimum' is not valid; choose 'min' or 'max'"):
+        result.get_best_checkpoint("loss", "minimum")
+    with pytest.raises(ValueError, match=r"metric='' is not valid.*non-empty string"):
+        result.get_best_checkpoint("", "min")
+    with pytest.raises(ValueError, match=r"value of 'note' saved with .*checkpoint_000001 is 'x'"):
+        result.get_best_checkpoint("note", "min")
+    with pytest.raises(RuntimeError, match=r"saved with 'los'\. Did you mean 'loss'\?.*acc, loss"):
+        result.get_best_checkpoint("los", "min")
+    with pytest.raises(RuntimeError, match=r"trial t0001 has no checkpoint on disk"):
+        grid[1].get_best_checkpoint("loss", "min")

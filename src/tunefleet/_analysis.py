@@ -7,12 +7,13 @@ database (`tunefleet.progress.snapshot`).
 
 from __future__ import annotations
 
+import difflib
 import logging
 import math
 import os
 from typing import TYPE_CHECKING, Any
 
-from tunefleet._metrics import flatten, metric_value
+from tunefleet._metrics import MISSING, flatten, lookup, metric_value
 from tunefleet.progress.snapshot import MODES, SCOPES, _dataframe, _ordered_columns, _Snapshot
 from tunefleet.storage.checkpoint import Checkpoint
 from tunefleet.store import StoreReader
@@ -388,3 +389,45 @@ def _configs_over_time(
 def _iteration(data: dict[str, Any], key: str = "training_iteration") -> float | None:
     value = data.get(key)
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+# -- Result.get_best_checkpoint ---------------------------------------------------------------
+def best_checkpoint_of(
+    trial_id: str, saved: list[tuple[Checkpoint, dict[str, Any]]], metric: str, mode: str
+) -> Checkpoint:
+    """The checkpoint in `saved` (oldest first) whose `metric` is best: Ray's rules (a
+    checkpoint without the metric is left out, the older wins a tie), NaN ranking last."""
+    where = "Result.get_best_checkpoint()"
+    if not isinstance(metric, str) or not metric:
+        raise ValueError(
+            f"{where}: metric={metric!r} is not valid; give the name of a metric the "
+            "checkpoints were saved with (a non-empty string)"
+        )
+    if mode not in MODES:
+        raise ValueError(f"{where}: mode={mode!r} is not valid; choose 'min' or 'max'")
+    if not saved:
+        raise RuntimeError(f"{where}: trial {trial_id} has no checkpoint on disk")
+    sign = 1.0 if mode == "min" else -1.0
+    best: tuple[tuple[bool, float], Checkpoint] | None = None
+    for checkpoint, metrics in saved:
+        raw = lookup(metrics, metric)
+        if raw is MISSING:
+            continue
+        value = metric_value(metrics, metric)
+        if value is None:
+            raise ValueError(
+                f"{where}: the value of {metric!r} saved with {checkpoint.path} is {raw!r}, "
+                "not a number; checkpoints are ranked by a numeric metric"
+            )
+        score = (True, 0.0) if math.isnan(value) else (False, sign * value)
+        if best is None or score < best[0]:
+            best = (score, checkpoint)
+    if best is None:
+        names = sorted({str(k) for _, metrics in saved for k in flatten(metrics)})
+        close = difflib.get_close_matches(metric, names, n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise RuntimeError(
+            f"{where}: no checkpoint of trial {trial_id} was saved with {metric!r}.{hint} "
+            f"Metrics saved with its checkpoints: {', '.join(names) or 'none'}"
+        )
+    return best[1]

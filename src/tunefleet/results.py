@@ -33,7 +33,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tunefleet._analysis import ExperimentAnalysis, exploits_by_trial, history_rows
+from tunefleet._analysis import (
+    ExperimentAnalysis,
+    best_checkpoint_of,
+    exploits_by_trial,
+    history_rows,
+)
 from tunefleet._metrics import (
     MetricSpec,
     ModeSpec,
@@ -162,6 +167,24 @@ class Result:
     def filesystem(self) -> Any:
         """The fsspec filesystem that reaches `path` (None when fsspec is not installed)."""
         return _local_filesystem()
+
+    def get_best_checkpoint(self, metric: str, mode: str) -> Checkpoint | None:
+        """The checkpoint of `best_checkpoints` whose saved `metric` is best, as Ray Tune's.
+
+        Args:
+            metric: a key of the metrics the checkpoints were saved with (``"a/b"``
+                reaches a nested one).
+            mode: ``"min"`` or ``"max"``.
+
+        Checkpoints saved without `metric` are left out; on a tie the older one wins
+        (as in Ray) and NaN ranks last (Ray: depends on the order).
+
+        Raises:
+            ValueError: `metric` is not a non-empty string, `mode` is not "min" or
+                "max", or a checkpoint's value of `metric` is not a number.
+            RuntimeError: the trial has no checkpoint on disk, or none saved with `metric`.
+        """
+        return best_checkpoint_of(self.trial_id, self.best_checkpoints, metric, mode)
 
     @classmethod
     def from_path(cls, path: str | os.PathLike[str]) -> Result:

@@ -182,6 +182,21 @@ def test_best_checkpoints_are_checkpoint_and_metrics_pairs(best_result):
     assert losses == pytest.approx([0.01, 0.02, 0.03])
 
 
+def test_result_get_best_checkpoint(best_result):
+    assert checkpoint_step(best_result.get_best_checkpoint(metric="loss", mode="min")) == 3
+    assert checkpoint_step(best_result.get_best_checkpoint(metric="loss", mode="max")) == 1
+    assert checkpoint_step(best_result.get_best_checkpoint("acc", "max")) == 3
+
+
+def test_result_get_best_checkpoint_errors(best_result, by_lr):
+    with pytest.raises(ValueError):
+        best_result.get_best_checkpoint(metric="loss", mode="minimum")
+    with pytest.raises(RuntimeError):
+        best_result.get_best_checkpoint(metric="f1", mode="max")
+    with pytest.raises(RuntimeError):
+        by_lr[BROKEN].get_best_checkpoint(metric="loss", mode="min")
+
+
 def test_best_result_path_is_the_trial_directory(best_result, result_grid):
     assert os.path.isdir(best_result.path)
     assert os.path.realpath(best_result.path).startswith(
