@@ -55,6 +55,7 @@ class Tuner:
         run_config: RunConfig | None = None,
     ) -> None:
         validate_trainable(trainable)
+        _check_picklable(trainable)
         self.trainable = trainable
         self.param_space = param_space if param_space is not None else {}
         if not isinstance(self.param_space, dict):
@@ -208,6 +209,27 @@ class Tuner:
             except FileNotFoundError:
                 return False
             return was_started(Path(tmp))
+
+
+def _check_picklable(trainable: Any) -> None:
+    """As in Ray Tune, a trainable that cannot reach the workers is a TypeError when the
+    Tuner is made, not when it runs (`with_parameters` objects are checked as they go)."""
+    from tunefleet.backends.simulated import is_simulated
+
+    if is_simulated(trainable):
+        return
+    import cloudpickle
+
+    inner = unwrap(trainable)[0]
+    try:
+        cloudpickle.dumps(inner)
+    except Exception as exc:
+        name = getattr(inner, "__qualname__", type(inner).__name__)
+        raise TypeError(
+            f"Tuner(trainable={name}): the trainable cannot be sent to worker processes "
+            f"(pickling failed: {exc}); objects it uses must be picklable: pass large or "
+            "special objects with tune.with_parameters, or create them inside the trainable"
+        ) from exc
 
 
 def _check_checkpoint_config(trainable: Any, config: CheckpointConfig) -> None:

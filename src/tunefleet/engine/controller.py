@@ -15,6 +15,7 @@ from typing import Any
 
 from tunefleet.backends._base import CHECKPOINT_ONLY, Backend, Event, Finished, FinishHow, Results
 from tunefleet.callbacks import Callback
+from tunefleet.engine import controller_util as util
 from tunefleet.engine.commit import Commits, save_states
 from tunefleet.engine.controller_util import CtrlC, ask_searcher, total_trials, wants_checkpoint
 from tunefleet.engine.decisions import (
@@ -49,6 +50,8 @@ logger = logging.getLogger("tunefleet")
 _POLL_S = 0.05
 _NO_RESULT = "the trainable returned without calling tune.report()"
 _WAITS = (TrialStatus.PENDING, TrialStatus.PAUSED)
+# stopped by Ctrl-C or a driver error (a callback raised): PAUSED, Tuner.restore resumes them
+_RESUMABLE = (StopCause.INTERRUPTED, StopCause.DRIVER_ERROR)
 
 
 class Controller:
@@ -93,6 +96,7 @@ class Controller:
         self.stop_reason: StopCause | str | None = None  # set when the experiment is stopping
         self.fatal: BaseException | None = None
         self.fatal_trial_error: BaseException | None = None  # fail_fast="raise"
+        self._tags: dict[str, str] = {}  # trial id -> its experiment tag, redacted
         self.iteration = 0
         self._started = clock()
         self._ctrl_c = CtrlC()
@@ -332,6 +336,7 @@ class Controller:
 
     def _on_result(self, trial: Trial, result: dict[str, Any], checkpoint: str | None) -> None:
         trial.num_results += 1
+        result.setdefault("experiment_tag", util.safe_tag(trial, self._tags))  # Ray's trial adds it
         trial.last_result = result
         self.store.add_result(trial.trial_id, result)
         if checkpoint:
@@ -404,7 +409,7 @@ class Controller:
         self.running.pop(trial.trial_id)
         self.stopping.discard(trial.trial_id)
         paused = event.how is FinishHow.PAUSED
-        if paused or trial.stop_reason is StopCause.INTERRUPTED:
+        if paused or trial.stop_reason in _RESUMABLE:
             exploit, resources = self._plans.take(trial.trial_id)
             if exploit is not None and paused:
                 self._exploit(trial, exploit)
@@ -473,7 +478,7 @@ class Controller:
             if self.spec.fail_fast == "raise":
                 from tunefleet.results import TrialError
 
-                self.fatal_trial_error = TrialError(failure, trial.trial_id)
+                self.fatal_trial_error = TrialError.of(failure, trial.trial_id)
 
     # -- phase 3: experiment-level stop -----------------------------------------------------
     def _begin_stop(self, reason: StopCause | str) -> None:
@@ -488,9 +493,9 @@ class Controller:
     def _wind_down(self, reason: StopCause) -> None:
         """Stop what runs and record what comes back, within the backend's grace periods."""
         self._begin_stop(reason)
-        if reason is StopCause.INTERRUPTED:  # also those already stopping for another reason
+        if reason in _RESUMABLE:  # also those already stopping for another reason
             for trial in self.running.values():
-                trial.stop_reason = StopCause.INTERRUPTED
+                trial.stop_reason = reason
         deadline = time.monotonic() + 15.0
         presses = self._ctrl_c.presses
         try:

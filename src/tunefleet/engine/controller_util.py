@@ -9,8 +9,10 @@ import threading
 import time
 from typing import Any, Literal
 
+from tunefleet._redact import redact, redact_text
 from tunefleet.result import SHOULD_CHECKPOINT
 from tunefleet.search._base import FINISHED, Searcher
+from tunefleet.trial import Trial
 
 logger = logging.getLogger("tunefleet")
 
@@ -86,3 +88,12 @@ def wants_checkpoint(result: dict[str, Any], seen: dict[str, Any] | None) -> boo
     """Whether a callback (in `result`) or the scheduler (in the copy it saw, `seen`) set
     ``should_checkpoint`` on a result, as Ray Tune's way to have a trial checkpointed."""
     return bool(result.get(SHOULD_CHECKPOINT)) or bool(seen and seen.get(SHOULD_CHECKPOINT))
+
+
+def safe_tag(trial: Trial, cache: dict[str, str]) -> str:
+    """The trial's experiment tag (Ray adds it to each result), its config's secrets hidden."""
+    tag = cache.get(trial.trial_id)
+    if tag is None:
+        redact(trial.config)  # learns the config's secrets, for redact_text
+        tag = cache[trial.trial_id] = redact_text(trial.experiment_tag)
+    return tag
