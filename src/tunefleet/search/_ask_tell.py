@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from tunefleet._metrics import MetricSpec, ModeSpec, metric_value, python_scalar
-from tunefleet.search._base import FINISHED, Searcher
+from tunefleet.search._base import FINISHED, SpaceSearcher
 from tunefleet.search._shared import (
     check_points,
     check_state_version,
@@ -159,7 +159,7 @@ def seeded(seed: int) -> Iterator[None]:
             np.random.set_state(saved_numpy)
 
 
-class AskTellSearcher(Searcher):
+class AskTellSearcher(SpaceSearcher):
     """A searcher on an ask-and-tell optimiser (see the module's docstring).
 
     A subclass names its library (`owner`, `modules`, `extra`, `needs`) and gives
@@ -184,13 +184,13 @@ class AskTellSearcher(Searcher):
         seed: int | None = None,
     ) -> None:
         super().__init__(metric=metric, mode=mode)
+        self._own_space = space
         self._lib = import_optional(
             *self.modules, owner=self.owner, extra=self.extra, needs=self.needs
         )
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise TypeError(f"{self.owner}: seed={seed!r} must be an int or None")
         self._seed = (random.Random().getrandbits(32) if seed is None else seed) % 2**32
-        self._own_space = space
         self._points = check_points(self.owner, points_to_evaluate)
         self._space: Any = None  # a tunefleet space, or the library's own
         self._native = False
@@ -205,12 +205,12 @@ class AskTellSearcher(Searcher):
 
     # ------------------------------------------------------------------ setup
 
-    def set_search_properties(
+    def _setup(
         self, metric: MetricSpec, mode: ModeSpec, config: dict[str, Any], **spec: Any
-    ) -> bool:
+    ) -> None:
         """Take the metric, mode and search space (or check `param_space` holds only
         constants when the searcher was given its own `space`)."""
-        super().set_search_properties(metric, mode, config, **spec)
+        self._fill_objective(metric, mode, strict=True)
         require_metric(self.owner, self.metric, self.mode)
         space, self._constants = split_space(self.owner, self._own_space, config)
         self._native = self._is_native(space)
@@ -232,7 +232,7 @@ class AskTellSearcher(Searcher):
             for i, point in enumerate(self._points)
         ]
         self._reset()
-        return True
+        self._took(None if self._native else space)
 
     def _reset(self) -> None:
         self._live, self._log, self._calls = {}, [], 0
@@ -242,8 +242,7 @@ class AskTellSearcher(Searcher):
 
     def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
         """The next config: the next of `points_to_evaluate`, then the library's."""
-        if self._space is None:
-            raise RuntimeError("set_search_properties() must be called before suggest()")
+        self._ready()
         if not self._may_ask():
             return None
         values = self._next(trial_id)
@@ -301,8 +300,7 @@ class AskTellSearcher(Searcher):
 
     def get_state(self) -> dict[str, Any]:
         """The seed and the log of asks and tells, as JSON-able data."""
-        if self._space is None:
-            raise RuntimeError("set_search_properties() must be called before get_state()")
+        self._ready()
         return {
             "version": _STATE_VERSION,
             "seed": self._seed,
@@ -314,8 +312,7 @@ class AskTellSearcher(Searcher):
     def set_state(self, state: dict[str, Any]) -> None:
         """Restore the optimiser of `state`: its next suggestions are the saved one's."""
         check_state_version(self.owner, state, _STATE_VERSION)
-        if self._space is None:
-            raise RuntimeError("set_search_properties() must be called before set_state()")
+        self._ready()
         self._seed = int(state["seed"])
         self._restore(state)
         self._log = [list(event) for event in state["log"]]
@@ -377,7 +374,7 @@ class AskTellSearcher(Searcher):
         return False
 
     @property
-    def _searched(self) -> list[Param]:
+    def _free(self) -> list[Param]:
         """The parameters the library sees (one-valued ones are filled in here)."""
         return [p for p in self._params.values() if not p.fixed]
 

@@ -93,18 +93,13 @@ class AxSearch(AskTellSearcher):
         self._parameter_constraints = list(parameter_constraints or [])
         self._outcome_constraints = list(outcome_constraints or [])
         self._given = ax_client
+        if ax_client is not None:
+            self._own_space = []  # the client's experiment: param_space holds constants
         self._ax_kwargs = ax_kwargs
         self._client: Any = None
 
     def _is_native(self, space: Any) -> bool:
         return self._given is not None or isinstance(space, list)
-
-    def set_search_properties(
-        self, metric: Any, mode: Any, config: dict[str, Any], **spec: Any
-    ) -> bool:
-        if self._given is not None and not self._own_space:
-            self._own_space = []  # the client's experiment: param_space holds constants
-        return super().set_search_properties(metric, mode, config, **spec)
 
     def _start(self, points: list[dict[str, Any]]) -> list[dict[str, Any]]:
         ax = self._lib
@@ -117,7 +112,7 @@ class AxSearch(AskTellSearcher):
                     "ax_client.create_experiment(...) first"
                 )
             return points
-        parameters = self._space if self._native else [_parameter(p) for p in self._searched]
+        parameters = self._space if self._native else [_parameter(p) for p in self._free]
         with _quiet():
             self._client = ax.AxClient(
                 random_seed=self._seed, verbose_logging=False, **self._ax_kwargs
@@ -190,8 +185,8 @@ def _parameter(param: Param) -> dict[str, Any]:
             "type": "choice",
             "values": values,
             "value_type": "int",
-            "is_ordered": False,
-            "sort_values": False,
+            "is_ordered": len(values) == 2,  # Ax orders a two-valued choice itself
+            "sort_values": True,  # indices: already in order
         }
     bounds = [float(param.low), float(param.high)]
     kind = "float" if param.kind == "float" else "int"

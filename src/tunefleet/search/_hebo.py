@@ -101,7 +101,7 @@ class HEBOSearch(AskTellSearcher):
         if self._native:
             space = self._space
         else:
-            space = design_space().parse([_design(p) for p in self._searched])
+            space = design_space().parse([_design(p) for p in self._free])
         self._names = list(space.para_names)
         self._opt = hebo_class(space, scramble_seed=self._seed, **self._kwargs)
         self._batch = []

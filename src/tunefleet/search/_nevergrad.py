@@ -92,6 +92,7 @@ class NevergradSearch(AskTellSearcher):
                     "give space as the list of its parameter names, or pass the class"
                 )
             self._instance = copy.deepcopy(optimizer)  # pristine, for each restore
+            self._own_space = names or []  # its parametrization is the searcher's own space
         elif not (isinstance(optimizer, type) and issubclass(optimizer, base.Optimizer)) and (
             not isinstance(optimizer, base.ConfiguredOptimizer)
         ):
@@ -118,7 +119,7 @@ class NevergradSearch(AskTellSearcher):
             if self._native:
                 parametrization = copy.deepcopy(self._space)
             else:
-                parametrization = ng.p.Dict(**{p.name: self._parameter(p) for p in self._searched})
+                parametrization = ng.p.Dict(**{p.name: self._parameter(p) for p in self._free})
             kwargs = dict(self._kwargs)
             if "budget" not in kwargs and self._num_samples is not None:
                 kwargs["budget"] = self._num_samples

@@ -112,8 +112,8 @@ class ZOOptSearch(AskTellSearcher):
             self._names = list(self._space)
             dims = [tuple(self._space[name]) for name in self._names]
         else:
-            self._names = [p.name for p in self._searched]
-            dims = [self._dimension(p) for p in self._searched]
+            self._names = [p.name for p in self._free]
+            dims = [self._dimension(p) for p in self._free]
         samples = [zoopt.Solution(x=self._x(values)) for values in points]
         parameter = zoopt.Parameter(budget=budget, init_samples=samples or None, **self._kwargs)
         if len(samples) > parameter.get_train_size():
