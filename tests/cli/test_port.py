@@ -106,17 +106,17 @@ def test_a_name_tunefleet_lacks_stays_and_is_listed() -> None:
     ported = port(
         """\
         from ray.tune import Tuner, NotATuneName
-        from ray.tune.execution.tune_controller import TuneController
+        from ray.tune.execution.ray_trial_executor import RayTrialExecutor
         """
     )
     assert ported.text == (
         "from tunefleet import Tuner\n"
         "from ray.tune import NotATuneName\n"
-        "from ray.tune.execution.tune_controller import TuneController\n"
+        "from ray.tune.execution.ray_trial_executor import RayTrialExecutor\n"
     )
     assert [(u.line, u.code) for u in ported.unported] == [
         (1, "from ray.tune import Tuner, NotATuneName"),
-        (2, "from ray.tune.execution.tune_controller import TuneController"),
+        (2, "from ray.tune.execution.ray_trial_executor import RayTrialExecutor"),
     ]
     assert "ray.tune.NotATuneName" in ported.unported[0].reason
 
@@ -473,3 +473,19 @@ def test_python_m_tunefleet_port(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert script.read_text().startswith("import tunefleet as tune\n")
+
+
+def test_tune_controller_annotation_import_is_the_cluster_view() -> None:
+    # Ray's xgboost_dynamic_resources_example.py imports it under TYPE_CHECKING for the
+    # allocation function's first argument; tunefleet passes its Cluster there.
+    ported = port(
+        """\
+        from typing import TYPE_CHECKING
+        from ray.tune.execution import tune_controller
+        if TYPE_CHECKING:
+            from ray.tune.execution.tune_controller import TuneController
+        """
+    )
+    assert ported.unported == []
+    assert "from tunefleet import schedulers as tune_controller\n" in ported.text
+    assert "    from tunefleet.schedulers import Cluster as TuneController\n" in ported.text

@@ -55,6 +55,8 @@ MODULES: dict[str, str] = {
     "ray.tune.experiment": "tunefleet.trial",
     "ray.tune.experiment.trial": "tunefleet.trial",
     "ray.tune.execution.placement_groups": "tunefleet.resources",
+    # what a ResourceChangingScheduler allocation function gets as its first argument
+    "ray.tune.execution.tune_controller": "tunefleet.schedulers",
     "ray.tune.utils": "tunefleet.utils",
     "ray.tune.utils.mock_trainable": "tunefleet.utils.mock_trainable",
     "ray.tune.search": "tunefleet.search",
@@ -91,6 +93,7 @@ NAMES: dict[tuple[str, str], tuple[str, str]] = {
         "tunefleet.integration.keras",
         "TuneReportCheckpointCallback",
     ),
+    ("ray.tune.execution.tune_controller", "TuneController"): ("tunefleet.schedulers", "Cluster"),
     ("ray.tune.integration.keras", "ReportCheckpointCallback"): (
         "tunefleet.integration.keras",
         "TuneReportCheckpointCallback",

@@ -114,6 +114,12 @@ class ResourceChangingScheduler(TrialScheduler):
             return None
         return PlacementGroupFactory.of(self._cluster.base_resources)
 
+    @property
+    def _base_trial_resources(self) -> PlacementGroupFactory | None:
+        # Ray's own allocation example (xgboost_dynamic_resources_example.py) reads
+        # the private spelling; the same answer as base_trial_resources.
+        return self.base_trial_resources
+
     def reallocate_trial_resources_if_needed(
         self, cluster: Cluster, trial: Trial, result: dict[str, Any]
     ) -> PlacementGroupFactory | None:
