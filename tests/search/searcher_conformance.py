@@ -12,19 +12,30 @@ categorical, a constant, nested dicts and a sample_from):
 - a batch of suggestions asked before any result has no duplicates;
 - get_state -> JSON -> set_state on a fresh searcher gives the same next
   suggestions as the original (random generators included);
-- results and completions (with errors) are accepted at any time.
+- results and completions (with errors) are accepted at any time, with Ray's
+  keywords (``on_trial_complete(trial_id, result=..., error=...)``);
+- Ray's standalone contract: `metric`/`mode` are filled in, a second
+  `set_search_properties` is declined (False), and `save(path)`/`restore(path)` and
+  `save_to_dir`/`restore_from_dir` give the same next suggestions, restored into a
+  searcher given the space again or into a bare one (the file carries the space).
+
+With ``with_space=lambda space: MySearcher(space, metric="loss", mode="min", ...)``
+it also checks a searcher built with its own space: `suggest` works with no
+`set_search_properties`, which then returns False, and it saves and restores.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
+import tempfile
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import tunefleet as tune
 from tests.helpers.results import metrics_of
-from tunefleet.search import Searcher
+from tunefleet.search import BasicVariantGenerator, Searcher
 from tunefleet.space import Categorical, Domain, Float, Integer
 
 MIXED_SPACE: dict[str, Any] = {
@@ -92,7 +103,7 @@ def make(factory: Callable[[], S], space: dict[str, Any]) -> S:
     searcher = factory()
     took = searcher.set_search_properties("loss", "min", space, num_samples=-1)
     # Ray's rule: True when it took the space; False when it has its own (space=...)
-    assert took is (searcher.searched_space() is None or not _has_own_space(searcher))
+    assert took is (not _has_own_space(searcher))
     return searcher
 
 
@@ -110,9 +121,10 @@ def drive(searcher: Searcher, n: int, start: int = 0) -> list[dict[str, Any]]:
         loss = objective(config)
         searcher.on_trial_result(trial_id, {"loss": loss, "training_iteration": 1})
         if i % 7 == 6:
-            searcher.on_trial_complete(trial_id, None, error=True)  # failed trials too
+            searcher.on_trial_complete(trial_id, result=None, error=True)  # failed trials too
         else:
-            searcher.on_trial_complete(trial_id, {"loss": loss, "training_iteration": 1})
+            result = {"loss": loss, "training_iteration": 1}
+            searcher.on_trial_complete(trial_id, result=result, error=False)
         configs.append(config)
     return configs
 
@@ -127,6 +139,7 @@ def check_conformance(
     space: dict[str, Any] | None = None,
     warmup: int = 12,
     batch: int = 6,
+    with_space: Callable[[dict[str, Any]], Searcher] | None = None,
 ) -> None:
     space = space or MIXED_SPACE
     # inside the space, exact types
@@ -147,9 +160,62 @@ def check_conformance(
     state = json.loads(json.dumps(searcher.get_state()))
     copy = make(factory, space)
     copy.set_state(state)
+    with tempfile.TemporaryDirectory() as folder:
+        searcher.save(os.path.join(folder, "state.pkl"))
+        from_file = make(factory, space)
+        from_file.restore(os.path.join(folder, "state.pkl"))
+        searcher.save_to_dir(folder)
+        from_dir = make(factory, space)
+        from_dir.restore_from_dir(folder)
     ahead = drive(searcher, 4, start=100)
-    again = drive(copy, 4, start=100)
-    assert [_key(c) for c in ahead] == [_key(c) for c in again], (ahead, again)
+    for restored in (copy, from_file, from_dir):
+        again = drive(restored, 4, start=100)
+        assert [_key(c) for c in ahead] == [_key(c) for c in again], (ahead, again)
+    check_standalone(factory, with_space)
+
+
+PLAIN_SPACE: dict[str, Any] = {k: v for k, v in MIXED_SPACE.items() if k != "double_lr"}
+
+
+def check_standalone(
+    factory: Callable[[], Searcher],
+    with_space: Callable[[dict[str, Any]], Searcher] | None = None,
+    *,
+    space: dict[str, Any] | None = None,
+) -> None:
+    """Ray's contract for a searcher used on its own (no Tuner); `space` holds no
+    sample_from (a saved file carries the space as data)."""
+    space = space or PLAIN_SPACE
+    searcher = make(factory, space)
+    if isinstance(searcher, BasicVariantGenerator):
+        return  # Ray's is a search algorithm, not a Searcher: it has none of this
+    one = searcher.metric is not None  # None: several objectives, kept by the searcher
+    assert not one or (searcher.metric, searcher.mode) == ("loss", "min")
+    assert searcher.set_search_properties("loss", "min", space) is False  # already set
+    assert Searcher.FINISHED == type(searcher).FINISHED == "FINISHED"
+    drive(searcher, 3)
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "searcher.json")
+        searcher.save(path)
+        bare = factory()  # no space given: the file's is taken
+        bare.restore(path)
+        assert (bare.metric, bare.mode) == (searcher.metric, searcher.mode)
+        assert drive(bare, 3, start=50) == drive(searcher, 3, start=50)
+    if with_space is None:
+        return
+    own = with_space(space)
+    assert own.metric == "loss" and own.mode == "min"
+    first = own.suggest("own0")  # no set_search_properties needed
+    assert isinstance(first, dict)
+    check_config(space, first)
+    own.on_trial_complete("own0", result={"loss": objective(first)}, error=False)
+    assert own.set_search_properties("loss", "min", {"z": tune.uniform(0, 1)}) is False
+    drive(own, 3, start=1)
+    with tempfile.TemporaryDirectory() as folder:
+        own.save_to_dir(folder)
+        again = with_space(space)
+        again.restore_from_dir(folder)
+        assert drive(again, 3, start=60) == drive(own, 3, start=60)
 
 
 # -- end to end: a smooth bowl tuned through a real Tuner ---------------------------------------

@@ -204,6 +204,10 @@ class OptunaSearch(SpaceSearcher):
         else:
             self._space = _checked_space(_merge(config, dict(own)))
 
+    def _fill_objective(self, metric: MetricSpec, mode: ModeSpec, *, strict: bool = False) -> None:
+        if not isinstance(self._metric_arg, list):  # several objectives stay its own
+            super()._fill_objective(metric, mode, strict=strict)
+
     def _directions(self) -> list[str]:
         return ["MAXIMIZE" if mode == "max" else "MINIMIZE" for _, mode in self._objectives]
 
