@@ -103,7 +103,6 @@ class FailureKind(str, enum.Enum):
     GPU_OOM = "GPU_OOM"
     TIMEOUT = "TIMEOUT"
     NAN_METRIC = "NAN_METRIC"
-    NO_RESULT = "NO_RESULT"  # returned cleanly without reporting anything
     NODE_LOST = "NODE_LOST"
 
 

@@ -142,9 +142,7 @@ def test_every_result_is_done(endings):
     assert by_how["reports_then_returns"].metrics["done"] is True
 
 
-def test_a_function_that_never_reports_is_an_error(storage):
-    # Deliberate difference: Ray Tune ends such a trial TERMINATED with no result;
-    # tunefleet names it an error (NO_RESULT), so a forgotten report is not silent.
+def test_a_function_that_never_reports_ends_terminated(storage):
     def forgets(config):
         config["x"] * 2
 
@@ -153,7 +151,18 @@ def test_a_function_that_never_reports_is_an_error(storage):
         param_space={"x": 1},
         run_config=RunConfig(name="forgets", storage_path=storage, verbose=0),
     ).fit()
-    assert results[0].error is not None
+    assert results.num_errors == 0
+    assert results[0].error is None
+    assert results[0].metrics == {}  # Result.metrics of a trial with no result
+
+
+def test_tune_run_does_not_raise_for_a_function_that_never_reports(storage):
+    def forgets(config):
+        pass
+
+    analysis = tune.run(forgets, storage_path=storage, name="forgets_run", verbose=0)
+    (trial,) = analysis.trials
+    assert trial.status == "TERMINATED"
 
 
 # -- NaN and inf ----------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import logging
 import os
 import signal
 import subprocess
@@ -78,11 +79,21 @@ def no_report(config: dict[str, Any]) -> None:
     return None
 
 
-def test_returning_without_reporting_is_no_result(storage: str) -> None:
-    grid = tune.Tuner(no_report, run_config=tune.RunConfig(storage_path=storage, verbose=0)).fit()
+def test_returning_without_reporting_ends_terminated_and_is_said(
+    storage: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """As in Ray Tune the trial ends TERMINATED (no error); tunefleet warns, naming it."""
+    with caplog.at_level(logging.WARNING, logger="tunefleet"):
+        grid = tune.Tuner(
+            no_report, run_config=tune.RunConfig(storage_path=storage, verbose=0)
+        ).fit()
     (result,) = list(grid)
-    assert result.error is not None
-    assert result.error.failure.kind is tune.FailureKind.NO_RESULT
+    assert result.error is None and result.metrics == {}
+    assert grid.num_errors == 0
+    with StoreReader(grid.experiment_path) as reader:
+        (trial,) = reader.trials()
+    assert trial.status is tune.TrialStatus.TERMINATED and trial.num_results == 0
+    assert f"Trial {trial.trial_id} finished without reporting a result" in caplog.text
 
 
 def spawn_and_hang(config: dict[str, Any]) -> None:

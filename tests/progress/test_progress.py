@@ -324,3 +324,13 @@ def test_trials_that_reported_nan_are_marked_and_counted() -> None:
     assert note in view.html_view(snap)
     summary = reporter.summary(trials, "/x", None, progress.non_finite)
     assert note in summary and "Best trial t0020" in summary
+
+
+def test_the_summary_counts_trials_that_reported_nothing() -> None:
+    trials = [_trial(0, TrialStatus.TERMINATED, 0.5), _trial(1, TrialStatus.TERMINATED, None)]
+    trials[0].num_results = 5
+    reporter = StatusReporter(verbose=1, metric="loss", mode="min", out=io.StringIO())
+    summary = reporter.summary(trials, "/x", None)
+    assert "1 of 2 trials finished without reporting a result (metrics {}): t0001" in summary
+    trials[1].num_results = 1
+    assert "without reporting" not in reporter.summary(trials, "/x", None)

@@ -48,7 +48,6 @@ __all__ = ["Controller", "ExperimentSpec"]  # ExperimentSpec lives in experiment
 logger = logging.getLogger("tunefleet")
 
 _POLL_S = 0.05
-_NO_RESULT = "the trainable returned without calling tune.report()"
 _WAITS = (TrialStatus.PENDING, TrialStatus.PAUSED)
 # stopped by Ctrl-C or a driver error (a callback raised): PAUSED, Tuner.restore resumes them
 _RESUMABLE = (StopCause.INTERRUPTED, StopCause.DRIVER_ERROR)
@@ -422,13 +421,15 @@ class Controller:
             self.waiting.add(trial)
             return
         returned = event.how is FinishHow.RETURNED
-        if trial.num_results == 0 and returned:  # not if stopped on purpose
-            failure = FailureRecord(FailureKind.NO_RESULT, _NO_RESULT, attempt=trial.attempt)
-            self._on_failed(trial, failure, already_released=True)
-            return
         if returned and trial.stop_reason is None:
             trial.stop_reason = StopCause.COMPLETED
-        if trial.last_result is not None:
+        if returned and trial.num_results == 0:  # TERMINATED as in Ray, but not silently
+            logger.warning(
+                "Trial %s finished without reporting a result (its trainable returned "
+                "without calling tune.report()); its metrics are {}",
+                trial.trial_id,
+            )
+        if trial.last_result:
             trial.last_result = {**trial.last_result, "done": True}
         trial.ended_at = time.time()
         trial.error = None  # an earlier attempt's failure stays in the events
@@ -438,11 +439,8 @@ class Controller:
         for cb in self.callbacks:
             cb.on_trial_complete(self.iteration, self.trial_list, trial)
 
-    def _on_failed(
-        self, trial: Trial, failure: FailureRecord, *, already_released: bool = False
-    ) -> None:
-        if not already_released:
-            self.running.pop(trial.trial_id)
+    def _on_failed(self, trial: Trial, failure: FailureRecord) -> None:
+        self.running.pop(trial.trial_id)
         self.stopping.discard(trial.trial_id)
         if failure.iteration is None:
             failure.iteration = trial.iteration

@@ -258,6 +258,13 @@ class StatusReporter:
             lines.append(f"  FAILED {trial.trial_id}: {cause}")
         if len(failed) > 20:
             lines.append(f"  ... and {len(failed) - 20} more failed trials")
+        silent = [t for t in trials if t.num_results == 0 and t.status is TrialStatus.TERMINATED]
+        if silent:  # their trainable returned without calling tune.report()
+            lines.append(
+                f"{len(silent)} of {len(trials)} trials finished without reporting a result "
+                f"(metrics {{}}): {', '.join(t.trial_id for t in silent[:5])}"
+                + (", ..." if len(silent) > 5 else "")
+            )
         lines.append(f"Results: {experiment_path}")
         lines.append(
             f"Inspect: tunefleet show {experiment_path} | tunefleet best {experiment_path}"
