@@ -15,8 +15,12 @@ from tunefleet.space._domains import (
     Normal,
     Path,
     PathKey,
-    choice,
     format_path,
+    space_to_json,
+)
+from tunefleet.space._errors import RecursiveDependencyError, SearchSpaceError
+from tunefleet.space._functions import (
+    choice,
     grid_search,
     lograndint,
     loguniform,
@@ -27,10 +31,8 @@ from tunefleet.space._domains import (
     quniform,
     randint,
     randn,
-    space_to_json,
     uniform,
 )
-from tunefleet.space._errors import SearchSpaceError
 from tunefleet.space._json import space_from_json
 from tunefleet.space._resolve import (
     Chooser,
@@ -45,6 +47,7 @@ from tunefleet.space._resolve import (
     sample_from,
     validate_space,
 )
+from tunefleet.space._variants import generate_variants
 
 __all__ = [
     "GRID_KEY",
@@ -57,10 +60,12 @@ __all__ = [
     "Normal",
     "Path",
     "PathKey",
+    "RecursiveDependencyError",
     "SearchSpaceError",
     "choice",
     "flatten",
     "format_path",
+    "generate_variants",
     "grid_axes",
     "grid_point",
     "grid_points",

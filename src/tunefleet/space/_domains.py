@@ -22,10 +22,11 @@ import math
 import numbers
 import random
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal, localcontext
 from typing import Any, TypeAlias
 
+from tunefleet.space._builders import SamplerChoice
 from tunefleet.space._errors import SearchSpaceError
 from tunefleet.space._sampling import sampling_inputs
 
@@ -110,6 +111,8 @@ def _float_times(k: int, q: float) -> float:
 
 class Domain(ABC):
     """A distribution over the values of one hyperparameter."""
+
+    sampler_chosen = False  # see `SamplerChoice`
 
     @property
     @abstractmethod
@@ -213,7 +216,7 @@ def _range_problem(
     return None
 
 
-class Float(Domain):
+class Float(SamplerChoice, Domain):
     """A float between `lower` and `upper`, optionally log-scaled and/or quantized.
 
     Attributes:
@@ -221,6 +224,11 @@ class Float(Domain):
         log: sample uniformly in log space (base: Ray's argument, the distribution
             does not depend on it). q: the quantum, or None.
     """
+
+    def __new__(cls, lower: float | None = 0.0, upper: float | None = 1.0, **_: Any) -> Float:
+        # Ray's ``Float(None, None).normal()``: a float without bounds, only for normal()
+        unbounded = cls is Float and lower is None and upper is None
+        return super().__new__(_UnboundedFloat if unbounded else cls)
 
     def __init__(
         self,
@@ -278,8 +286,39 @@ class Float(Domain):
         base = self.base if self.log else None
         return {"lower": self.lower, "upper": self.upper, "q": self.q, "base": base}
 
+    def normal(self, mean: float = 0.0, sd: float = 1.0) -> Normal:
+        """Ray's normal sampler: only for ``Float(None, None)`` (Ray asserts when sampling)."""
+        raise SearchSpaceError(
+            f"{self!r}.normal(): normal sampling is for a float without bounds, "
+            f"Float(None, None).normal(mean, sd), or tune.randn(mean, sd)"
+        )
 
-class Integer(Domain):
+
+class _UnboundedFloat(Float):
+    """``Float(None, None)``: no value of its own until `.normal(mean, sd)` is called."""
+
+    def __init__(self, lower: None = None, upper: None = None, **_: Any) -> None:
+        self.lower, self.upper, self.log, self.base, self.q = -math.inf, math.inf, False, 10.0, None
+
+    def problem(self) -> str | None:
+        return "Float(None, None) has no bounds: call .normal(mean, sd) on it"
+
+    def draw(self, rng: random.Random) -> float:
+        raise SearchSpaceError(str(self.problem()))
+
+    def _copy(self, **changes: Any) -> Any:
+        raise SearchSpaceError(f"{self.problem()} (uniform, log-uniform and q need bounds)")
+
+    def normal(self, mean: float = 0.0, sd: float = 1.0) -> Normal:
+        new = Normal(mean, sd)
+        new.sampler_chosen = True
+        return new
+
+    def __repr__(self) -> str:
+        return "Float(None, None)"
+
+
+class Integer(SamplerChoice, Domain):
     """An int in ``[lower, upper)``, or ``[lower, upper]`` if `include_upper`; a multiple of q.
 
     Attributes:
@@ -376,7 +415,7 @@ class Normal(Domain):
         return {"mean": self.mean, "sd": self.sd, "q": self.q}
 
 
-class Categorical(Domain):
+class Categorical(SamplerChoice, Domain):
     """One of `categories`, equally likely; a category may be a nested sub-space."""
 
     def __init__(self, categories: Sequence[Any]) -> None:
@@ -403,71 +442,6 @@ class Categorical(Domain):
 
     def __repr__(self) -> str:
         return f"choice({self.categories!r})"
-
-
-def uniform(lower: float, upper: float) -> Float:
-    """A float drawn uniformly from ``[lower, upper)``."""
-    return Float(lower, upper)
-
-
-def quniform(lower: float, upper: float, q: float) -> Float:
-    """A multiple of `q` in ``[lower, upper]`` (both inclusive), each equally likely."""
-    return Float(lower, upper, q=q)
-
-
-def loguniform(lower: float, upper: float, base: float = 10) -> Float:
-    """A float drawn uniformly in log space from ``[lower, upper)``; lower must be > 0."""
-    return Float(lower, upper, log=True, base=base)
-
-
-def qloguniform(lower: float, upper: float, q: float, base: float = 10) -> Float:
-    """A log-uniform float rounded to a multiple of `q` inside ``[lower, upper]``."""
-    return Float(lower, upper, log=True, base=base, q=q)
-
-
-def randn(mean: float = 0.0, sd: float = 1.0) -> Normal:
-    """A float drawn from a normal distribution."""
-    return Normal(mean, sd)
-
-
-def qrandn(mean: float, sd: float, q: float) -> Normal:
-    """A normal float rounded to a multiple of `q`."""
-    return Normal(mean, sd, q=q)
-
-
-def randint(lower: int, upper: int) -> Integer:
-    """An int in ``[lower, upper)`` (upper exclusive, like Ray and `range`)."""
-    return Integer(lower, upper)
-
-
-def qrandint(lower: int, upper: int, q: int = 1) -> Integer:
-    """A multiple of `q` in ``[lower, upper]`` (upper inclusive, like Ray)."""
-    return Integer(lower, upper, q=q, include_upper=True)
-
-
-def lograndint(lower: int, upper: int, base: float = 10) -> Integer:
-    """A log-uniform int in ``[lower, upper)`` (upper exclusive); lower must be > 0."""
-    return Integer(lower, upper, log=True, base=base)
-
-
-def qlograndint(lower: int, upper: int, q: int, base: float = 10) -> Integer:
-    """A log-uniform multiple of `q` in ``[lower, upper]`` (upper inclusive)."""
-    return Integer(lower, upper, log=True, base=base, q=q, include_upper=True)
-
-
-def choice(categories: Sequence[Any]) -> Categorical:
-    """One of `categories`, equally likely; a category may be a dict of domains."""
-    return Categorical(categories)
-
-
-def grid_search(values: Iterable[Any]) -> dict[str, list[Any]]:
-    """Try every one of `values`; returns ``{"grid_search": [...]}`` like Ray."""
-    if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, Iterable):
-        raise SearchSpaceError(f"grid_search values={values!r} must be a list")
-    listed = list(values)
-    if not listed:
-        raise SearchSpaceError("grid_search values=[] must not be empty")
-    return {GRID_KEY: listed}
 
 
 def space_to_json(space: Any) -> Any:

@@ -33,7 +33,7 @@ from tunefleet.space._domains import (
     _MissingKeyError,
     format_path,
 )
-from tunefleet.space._errors import SearchSpaceError
+from tunefleet.space._errors import RecursiveDependencyError, SearchSpaceError
 
 # ---------------------------------------------------------------- walking a space
 
@@ -217,7 +217,10 @@ class _Resolver:
         if pending in self.stack:
             chain = [*self.stack[self.stack.index(pending) :], pending]
             cycle = " -> ".join(format_path(p.path, "config") for p in chain)
-            raise SearchSpaceError(f"{where}: sample_from functions depend on each other: {cycle}")
+            raise RecursiveDependencyError(
+                f"{where}: `{pending.path[-1]}` recursively depends on itself: "
+                f"sample_from functions depend on each other: {cycle}"
+            )
         if pending.domain.func is None:
             raise SearchSpaceError(
                 f"{where}: sample_from function {pending.domain.func_name} was loaded from JSON "
