@@ -94,6 +94,15 @@ NAMES: dict[tuple[str, str], tuple[str, str]] = {
         "TuneReportCheckpointCallback",
     ),
     ("ray.tune.execution.tune_controller", "TuneController"): ("tunefleet.schedulers", "Cluster"),
+    ("ray.tune.search.variant_generator", "generate_variants"): (
+        "tunefleet.space",
+        "generate_variants",
+    ),
+    ("ray.tune.search.variant_generator", "RecursiveDependencyError"): (
+        "tunefleet.space",
+        "RecursiveDependencyError",
+    ),
+    ("ray.tune.callback", "CallbackList"): ("tunefleet.callbacks", "CallbackList"),
     ("ray.tune.integration.keras", "ReportCheckpointCallback"): (
         "tunefleet.integration.keras",
         "TuneReportCheckpointCallback",
