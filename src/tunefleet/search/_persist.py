@@ -13,12 +13,12 @@ import glob
 import json
 import os
 import tempfile
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tunefleet.space import space_to_json
 
-if TYPE_CHECKING:
-    from tunefleet.search._base import Searcher
+# `searcher` below is a tunefleet.search.Searcher: not imported, since _base calls here
+Searcher = Any
 
 _FORMAT = "tunefleet-searcher-state"
 _VERSION = 1
