@@ -21,10 +21,19 @@ DONE = "done"  # True: the trial is finished (a result may set it to end the tri
 # checkpoint is taken (class trainables; a function trainable checkpoints when it reports one)
 SHOULD_CHECKPOINT = "should_checkpoint"
 DEFAULT_METRIC = "_metric"  # the key of a number a function trainable returns
+# the per-trial files that the logger callbacks write (JsonLoggerCallback, CSVLoggerCallback)
+EXPR_PARAM_FILE = "params.json"
+EXPR_PARAM_PICKLE_FILE = "params.pkl"
+EXPR_RESULT_FILE = "result.json"
+EXPR_PROGRESS_FILE = "progress.csv"
 
 __all__ = [
     "DEFAULT_METRIC",
     "DONE",
+    "EXPR_PARAM_FILE",
+    "EXPR_PARAM_PICKLE_FILE",
+    "EXPR_PROGRESS_FILE",
+    "EXPR_RESULT_FILE",
     "ITERATIONS_SINCE_RESTORE",
     "PID",
     "SHOULD_CHECKPOINT",
