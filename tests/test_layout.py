@@ -85,6 +85,7 @@ PINNED_EXPORTS: dict[str, set[str]] = {
     "tunefleet.callbacks": {
         "CSVLoggerCallback",
         "Callback",
+        "CallbackList",
         "JsonLoggerCallback",
         "LoggerCallback",
         "MLflowLoggerCallback",
@@ -138,6 +139,10 @@ PINNED_EXPORTS: dict[str, set[str]] = {
         "DONE",
         "EPISODES_THIS_ITER",
         "EPISODES_TOTAL",
+        "EXPR_PARAM_FILE",
+        "EXPR_PARAM_PICKLE_FILE",
+        "EXPR_PROGRESS_FILE",
+        "EXPR_RESULT_FILE",
         "HOSTNAME",
         "ITERATIONS_SINCE_RESTORE",
         "NODE_IP",

@@ -9,7 +9,6 @@ import inspect
 import json
 import os
 import pickle
-import platform
 import tempfile
 import time
 from collections.abc import Callable
@@ -17,6 +16,7 @@ from typing import Any
 
 from tunefleet import result as keys
 from tunefleet.resources import PlacementGroupFactory, normalize_resources
+from tunefleet.session import host_keys
 
 
 class Trainable:
@@ -143,13 +143,11 @@ class Trainable:
         result.update(
             {
                 keys.TRIAL_ID: self.trial_id,
-                "date": now.strftime("%Y-%m-%d_%H-%M-%S"),
+                **host_keys(now.timestamp()),  # date, hostname, node_ip: one code for both kinds
                 keys.TIMESTAMP: result.get(keys.TIMESTAMP) or int(now.timestamp()),
                 keys.TIME_THIS_ITER_S: this_iter,
                 keys.TIME_TOTAL_S: self._time_total,
                 keys.PID: os.getpid(),
-                "hostname": platform.node(),
-                "node_ip": "127.0.0.1",
                 keys.TIME_SINCE_RESTORE: self._time_since_restore,
                 keys.ITERATIONS_SINCE_RESTORE: self._iterations_since_restore,
             }
@@ -159,10 +157,16 @@ class Trainable:
         return result
 
     def save(self, checkpoint_dir: str | None = None) -> str:
-        """Save a checkpoint into `checkpoint_dir` (a new temporary one if None); return it."""
+        """Save a checkpoint into `checkpoint_dir` (a new temporary one if None); return it.
+
+        Records the iteration and the total time too: `restore` takes them back, as Ray's.
+        """
         directory = checkpoint_dir or tempfile.mkdtemp(prefix="checkpoint_", dir=self.logdir)
         os.makedirs(directory, exist_ok=True)
         self._save_to(directory)
+        counters = {"iteration": self._iteration, "time_total": self._time_total}
+        with open(os.path.join(directory, _COUNTERS), "w") as f:
+            json.dump(counters, f)
         return directory
 
     def restore(self, checkpoint_path: Any) -> None:
@@ -174,6 +178,13 @@ class Trainable:
                 "directory; pass what save() returned"
             )
         self._load_from(path)
+        # As Ray's: the counters are the checkpoint's; "since restore" ones start again.
+        counters = os.path.join(path, _COUNTERS)
+        if os.path.exists(counters):
+            with open(counters) as f:
+                saved = json.load(f)
+            self._iteration, self._time_total = int(saved["iteration"]), saved["time_total"]
+        self._time_since_restore, self._iterations_since_restore = 0.0, 0
 
     def stop(self) -> None:
         """End the instance: calls `cleanup()`."""
@@ -219,6 +230,7 @@ class Trainable:
 
 
 _STATE_JSON = ".tunefleet_state.json"
+_COUNTERS = ".tunefleet_counters.json"  # what save() by hand records for restore()
 _STATE_PICKLE = ".tunefleet_state.pkl"
 
 

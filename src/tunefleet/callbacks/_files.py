@@ -15,6 +15,8 @@ import os
 import time
 from typing import IO, Any
 
+import cloudpickle
+
 from tunefleet._metrics import flatten
 from tunefleet._redact import redact
 from tunefleet.callbacks._base import LoggerCallback
@@ -44,6 +46,18 @@ def numeric_metrics(result: dict[str, Any]) -> dict[str, float]:
     return out
 
 
+def trial_dir(trial: Trial) -> str:
+    """The trial's directory; Ray's names (``local_path``, ``logdir``) serve a trial-like object."""
+    for name in ("path", "local_path", "logdir"):
+        value = getattr(trial, name, None)
+        if isinstance(value, (str, os.PathLike)):
+            return os.fspath(value)
+    raise TypeError(
+        f"{type(trial).__name__} {trial!r} has no directory: a logger callback needs a trial "
+        "with a `path` (Ray: `local_path` or `logdir`)"
+    )
+
+
 class _PerTrialFiles(LoggerCallback):
     """Opens a file per trial on its first start or result, closes it when it ends."""
 
@@ -56,8 +70,8 @@ class _PerTrialFiles(LoggerCallback):
     def _open(self, trial: Trial) -> IO[str]:
         handle = self._files.get(trial.trial_id)
         if handle is None:
-            os.makedirs(trial.path, exist_ok=True)
-            path = os.path.join(trial.path, self.filename)
+            os.makedirs(trial_dir(trial), exist_ok=True)
+            path = os.path.join(trial_dir(trial), self.filename)
             handle = open(path, "a", newline="", encoding="utf-8")  # noqa: SIM115
             self._files[trial.trial_id] = handle
             self._opened(trial, handle)
@@ -99,9 +113,15 @@ class JsonLoggerCallback(_PerTrialFiles):
     filename = "result.json"
 
     def _opened(self, trial: Trial, handle: IO[str]) -> None:
-        params = os.path.join(trial.path, "params.json")
-        with open(params, "w", encoding="utf-8") as f:
-            f.write(_json(redact(trial.config)))
+        config = redact(trial.config)
+        with open(os.path.join(trial_dir(trial), "params.json"), "w", encoding="utf-8") as f:
+            f.write(_json(config))
+        try:  # Ray writes the config pickled too, for values JSON cannot hold
+            pickled = cloudpickle.dumps(config)
+        except Exception:  # a config that does not pickle has only the JSON
+            return
+        with open(os.path.join(trial_dir(trial), "params.pkl"), "wb") as f:
+            f.write(pickled)
 
     def log_trial_result(self, iteration: int, trial: Trial, result: dict[str, Any]) -> None:
         self._open(trial).write(_json(redact(result)) + "\n")
@@ -128,7 +148,7 @@ class CSVLoggerCallback(_PerTrialFiles):
         row = flatten(redact(result))
         writer = self._writers.get(trial.trial_id)
         if writer is None:
-            header = _existing_header(os.path.join(trial.path, self.filename)) or list(row)
+            header = _existing_header(os.path.join(trial_dir(trial), self.filename)) or list(row)
             writer = csv.DictWriter(handle, fieldnames=header, extrasaction="ignore")
             if handle.tell() == 0:
                 writer.writeheader()

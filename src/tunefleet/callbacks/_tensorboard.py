@@ -14,12 +14,15 @@ from typing import Any
 from tunefleet._metrics import flatten
 from tunefleet._redact import redact
 from tunefleet.callbacks._base import LoggerCallback
-from tunefleet.callbacks._files import numeric_metrics
+from tunefleet.callbacks._files import numeric_metrics, trial_dir
 from tunefleet.trial import Trial
 
 
 def _hparam(value: Any) -> Any:
     """What the HParams dashboard takes: numbers, strings and booleans."""
+    item = getattr(value, "item", None)  # a numpy scalar (np.int64, np.float32, np.bool_)
+    if callable(item) and type(value).__module__ == "numpy" and getattr(value, "ndim", 1) == 0:
+        value = item()
     return value if isinstance(value, (bool, int, float, str)) else str(value)
 
 
@@ -40,7 +43,7 @@ class TBXLoggerCallback(LoggerCallback):
     def log_trial_result(self, iteration: int, trial: Trial, result: dict[str, Any]) -> None:
         writer = self._writers.get(trial.trial_id)
         if writer is None:
-            writer = self._writer_class(logdir=trial.path, flush_secs=5)
+            writer = self._writer_class(logdir=trial_dir(trial), flush_secs=5)
             self._writers[trial.trial_id] = writer
         step = int(result.get("training_iteration", 0))
         numbers = numeric_metrics(result)
