@@ -26,18 +26,35 @@ EXPR_PARAM_FILE = "params.json"
 EXPR_PARAM_PICKLE_FILE = "params.pkl"
 EXPR_RESULT_FILE = "result.json"
 EXPR_PROGRESS_FILE = "progress.csv"
+HOSTNAME = "hostname"  # the machine the trial runs on (with DATE and NODE_IP, every result)
+NODE_IP = "node_ip"
+DATE = "date"  # local time of the result, "%Y-%m-%d_%H-%M-%S"
+# Reported by the trainable, the increments make the running totals (only then, as in Ray):
+TIMESTEPS_THIS_ITER = "timesteps_this_iter"
+TIMESTEPS_TOTAL = "timesteps_total"  # the sum of timesteps_this_iter (unless reported)
+TIMESTEPS_SINCE_RESTORE = "timesteps_since_restore"
+EPISODES_THIS_ITER = "episodes_this_iter"
+EPISODES_TOTAL = "episodes_total"
 
 __all__ = [
+    "DATE",
     "DEFAULT_METRIC",
     "DONE",
+    "EPISODES_THIS_ITER",
+    "EPISODES_TOTAL",
     "EXPR_PARAM_FILE",
     "EXPR_PARAM_PICKLE_FILE",
     "EXPR_PROGRESS_FILE",
     "EXPR_RESULT_FILE",
+    "HOSTNAME",
     "ITERATIONS_SINCE_RESTORE",
+    "NODE_IP",
     "PID",
     "SHOULD_CHECKPOINT",
     "TIMESTAMP",
+    "TIMESTEPS_SINCE_RESTORE",
+    "TIMESTEPS_THIS_ITER",
+    "TIMESTEPS_TOTAL",
     "TIME_SINCE_RESTORE",
     "TIME_THIS_ITER_S",
     "TIME_TOTAL_S",

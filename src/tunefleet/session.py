@@ -8,14 +8,18 @@ by the driver surfaces at the next `report()` and unwinds the trainable.
 
 from __future__ import annotations
 
+import datetime
+import functools
 import importlib
 import math
 import os
+import platform
+import sys
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from tunefleet import result as keys
 from tunefleet._metrics import python_scalars
@@ -28,6 +32,54 @@ SESSION_HOOK_ENV = "TUNEFLEET_SESSION_HOOK"
 _FLUSH_EVERY_S = 0.002  # batch reports that come faster than this
 _MAX_BATCH = 512
 _LINGER_S = 0.005  # a batched tail is sent at most this late
+
+
+def host_keys(now: float) -> dict[str, Any]:
+    """Ray Tune's auto-filled ``date``, ``hostname`` and ``node_ip`` of a result made at
+    `now` (seconds since the epoch): function and class trainables both get them here."""
+    date = datetime.datetime.fromtimestamp(now).strftime("%Y-%m-%d_%H-%M-%S")
+    return {keys.DATE: date, keys.HOSTNAME: platform.node(), keys.NODE_IP: _node_ip()}
+
+
+@functools.cache
+def _node_ip() -> str:
+    """The Ray node's address in a Ray worker (the Ray backend), else the loopback one."""
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        try:
+            return str(ray.util.get_node_ip_address())
+        except Exception:  # an address is informative only: never fail a report for it
+            pass
+    return "127.0.0.1"
+
+
+class RunningTotals:
+    """Ray Tune's ``timesteps_total`` and ``episodes_total``: the sums of the
+    ``timesteps_this_iter`` / ``episodes_this_iter`` a trainable reports, filled in only
+    once it has reported such an increment, and never over a total it reports itself."""
+
+    def __init__(self) -> None:
+        self.timesteps: float | None = None
+        self.episodes: float | None = None
+        self.timesteps_since_restore: float = 0
+
+    def fill(self, result: dict[str, Any]) -> None:
+        steps, episodes = result.get(keys.TIMESTEPS_THIS_ITER), result.get(keys.EPISODES_THIS_ITER)
+        if _is_count(steps):
+            self.timesteps = (self.timesteps or 0) + steps
+            self.timesteps_since_restore += steps
+        if _is_count(episodes):
+            self.episodes = (self.episodes or 0) + episodes
+        if self.timesteps is not None:
+            result.setdefault(keys.TIMESTEPS_TOTAL, self.timesteps)
+        if self.episodes is not None:
+            result.setdefault(keys.EPISODES_TOTAL, self.episodes)
+        if self.timesteps_since_restore:
+            result.setdefault(keys.TIMESTEPS_SINCE_RESTORE, self.timesteps_since_restore)
+
+
+def _is_count(value: Any) -> TypeGuard[float]:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 class StopTrial(BaseException):
@@ -121,6 +173,7 @@ class TrialSession:
         self.checkpoint = Checkpoint(checkpoint) if checkpoint else None
         self.iteration = iteration
         self._iterations_since_restore = 0
+        self._totals = RunningTotals()
         self._time_total_offset = time_total
         self._sync = sync
         self._stop_criteria = stop_criteria
@@ -149,12 +202,14 @@ class TrialSession:
         self._iterations_since_restore += 1
         # plain numbers for searchers and schedulers; the driver never unpickles a tensor
         result: dict[str, Any] = python_scalars(metrics)
+        self._totals.fill(result)
         result[keys.TRAINING_ITERATION] = self.iteration
         result[keys.TIME_THIS_ITER_S] = now - self._last_report
         result[keys.TIME_SINCE_RESTORE] = now - self._start_perf
         result[keys.TIME_TOTAL_S] = self._time_total_offset + (now - self._start_perf)
         result[keys.ITERATIONS_SINCE_RESTORE] = self._iterations_since_restore
         result[keys.TIMESTAMP] = int(self._start + (now - self._start_perf))
+        result.update(host_keys(self._start + (now - self._start_perf)))
         result[keys.TRIAL_ID] = self.context.trial_id
         result[keys.PID] = self._pid
         result.setdefault(keys.DONE, False)

@@ -10,6 +10,8 @@ small ones check checkpoints, parameters and resources.
 import json
 import math
 import os
+import platform
+import re
 import tempfile
 
 import pytest
@@ -344,3 +346,75 @@ def test_report_outside_a_trial_raises():
     # Deliberate difference: Ray Tune ignores it; tunefleet says where to call it.
     with pytest.raises(RuntimeError):
         train.report({"score": 1})
+
+
+# -- what Tune adds to every result (Ray's Trainable.train, functions and classes alike) -----
+def counts_steps(config):
+    for i in range(200):
+        train.report({"itr": i, "timesteps_this_iter": 1, "episodes_this_iter": 2})
+
+
+def test_timesteps_total_sums_timesteps_this_iter_and_can_stop(storage):
+    analysis = tune.run(
+        counts_steps,
+        stop={"timesteps_total": 100},
+        storage_path=storage,
+        name="timesteps",
+        verbose=0,
+    )
+    (trial,) = analysis.trials
+    assert trial.last_result["timesteps_total"] == 100
+    assert trial.last_result["training_iteration"] == 100
+    assert trial.last_result["itr"] == 99
+    assert trial.last_result["episodes_total"] == 200
+
+
+def test_a_reported_timesteps_total_is_kept(storage):
+    def own_total(config):
+        for i in range(3):
+            train.report({"timesteps_this_iter": 1, "timesteps_total": 10 * (i + 1)})
+
+    analysis = tune.run(own_total, storage_path=storage, name="own_total", verbose=0)
+    assert analysis.trials[0].last_result["timesteps_total"] == 30
+
+
+def test_no_totals_without_increments(endings):
+    _, by_how = endings
+    metrics = by_how["reports_then_returns"].metrics
+    assert "timesteps_total" not in metrics and "episodes_total" not in metrics
+
+
+class OneStep(tune.Trainable):
+    def step(self):
+        return {"score": 1, "done": True}
+
+
+AUTO_FILLED = {
+    "date",
+    "done",
+    "hostname",
+    "iterations_since_restore",
+    "node_ip",
+    "pid",
+    "time_since_restore",
+    "time_this_iter_s",
+    "time_total_s",
+    "timestamp",
+    "training_iteration",
+    "trial_id",
+}
+
+
+def test_function_and_class_results_carry_the_same_auto_filled_keys(storage, endings):
+    _, by_how = endings
+    function_metrics = by_how["reports_then_returns"].metrics
+    class_metrics = (
+        tune.Tuner(OneStep, run_config=RunConfig(name="one_step", storage_path=storage, verbose=0))
+        .fit()[0]
+        .metrics
+    )
+    for metrics in (function_metrics, class_metrics):
+        assert set(metrics) >= AUTO_FILLED
+        assert metrics["hostname"] == platform.node()
+        assert re.fullmatch(r"\d{4}-\d\d-\d\d_\d\d-\d\d-\d\d", metrics["date"])
+        assert isinstance(metrics["node_ip"], str) and metrics["node_ip"]
