@@ -298,7 +298,7 @@ def run(
     max_concurrent_trials: int | None = None,
     fail_fast: bool | str = False,
     max_failures: int = 0,
-    reuse_actors: bool = True,
+    reuse_actors: bool | None = None,
     checkpoint_config: CheckpointConfig | None = None,
     checkpoint_freq: int = 0,
     checkpoint_at_end: bool = False,

@@ -247,6 +247,18 @@ def test_without_reuse_actors_each_trial_gets_its_own_instance(storage):
     assert [r.metrics["resets"] for r in results] == [0, 0]
 
 
+def test_tune_run_does_not_reuse_a_class_trainable_by_default(storage):
+    analysis = tune.run(
+        Resettable,
+        config={"factor": tune.grid_search([1, 2])},
+        max_concurrent_trials=1,
+        storage_path=storage,
+        name="run_not_reused",
+        verbose=0,
+    )
+    assert [t.last_result["resets"] for t in analysis.trials] == [0, 0]
+
+
 # -- resources ------------------------------------------------------------------------------------
 class ReportsResources(tune.Trainable):
     def step(self):
