@@ -212,7 +212,8 @@ class TuneConfig:
         if (self.metric is None) != (self.mode is None):
             raise ValueError(
                 f"TuneConfig: metric={self.metric!r} and mode={self.mode!r} go together: "
-                "give both or neither"
+                "give both or neither, e.g. TuneConfig(metric='loss', mode='min') (Ray Tune "
+                "accepts a metric without a mode; tunefleet needs the direction to rank trials)"
             )
         if self.constraints is not None:
             if isinstance(self.constraints, str) or not isinstance(self.constraints, list):

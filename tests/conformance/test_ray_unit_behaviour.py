@@ -427,3 +427,11 @@ def test_tune_run_resume_errored_only(storage, tmp_path):
     new_trials = tune.run(fails_once, resume="ERRORED_ONLY", **kwargs).trials
     assert Counter(t.status for t in new_trials)["ERROR"] == 0
     assert all(t.last_result.get("hello") == 123 for t in new_trials)
+
+
+def test_a_metric_without_a_mode_is_refused_saying_what_to_write(storage):
+    # Deliberate difference: Ray accepts a metric without a mode (docs/from_ray_tune.md).
+    with pytest.raises(ValueError, match="mode='min'"):
+        tune.run(reports_once, metric="score", storage_path=storage, verbose=0)
+    with pytest.raises(ValueError, match="give both or neither"):
+        tune.Tuner(reports_once, tune_config=tune.TuneConfig(metric="score"))

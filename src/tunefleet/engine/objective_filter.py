@@ -38,6 +38,10 @@ _AUTO_KEYS = frozenset(
         "pid",
         "done",
         "checkpoint_dir_name",
+        "date",
+        "hostname",
+        "node_ip",
+        "experiment_tag",
     }
 )
 
