@@ -4,8 +4,11 @@ of the checkpoints retention dropped (after the commit that recorded it).
 
 from __future__ import annotations
 
+import json
 import logging
 import time
+from collections.abc import Sequence
+from typing import Any
 
 from tunefleet.schedulers._base import TrialScheduler
 from tunefleet.search._base import Searcher
@@ -55,6 +58,7 @@ def save_states(
     searcher: Searcher,
     scheduler: TrialScheduler,
     stopper: Stopper | None,
+    callbacks: Sequence[Any] = (),
 ) -> None:
     """Every step, in the step's transaction: a resume continues from here."""
     store.save_state("clock", {"elapsed_s": round(elapsed_s)})
@@ -62,3 +66,50 @@ def save_states(
     store.save_state("scheduler", scheduler.get_state())
     if stopper is not None:
         store.save_state("stopper", stopper.get_state())
+    states = callback_states(callbacks)
+    if states:
+        store.save_state("callbacks", {"callbacks": states})
+
+
+def callback_states(callbacks: Sequence[Any]) -> list[dict[str, Any]]:
+    """The callbacks' `get_state()`s that are not None, with their place and class.
+
+    The experiment state holds JSON only (never a pickle), so a state that is not JSON
+    is refused, naming the callback.
+    """
+    states = []
+    for index, callback in enumerate(callbacks):
+        get_state = getattr(callback, "get_state", None)
+        state = get_state() if callable(get_state) else None
+        if state is None:
+            continue
+        name = type(callback).__qualname__
+        try:
+            json.dumps(state)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(
+                f"callback {name} (RunConfig.callbacks[{index}]).get_state() returned a state "
+                f"that is not JSON ({exc}): tunefleet keeps the experiment state as JSON, "
+                "never a pickle, so return dicts, lists, strings, numbers, bools and None "
+                "(e.g. a list for a set, a path to a file you wrote for a model)"
+            ) from exc
+        states.append({"index": index, "class": name, "state": state})
+    return states
+
+
+def restore_callback_states(saved: dict[str, Any] | None, callbacks: Sequence[Any]) -> None:
+    """Give each callback the state saved for the one at its place in `RunConfig.callbacks`
+    (the same class); a saved state with no such callback is left, with a warning."""
+    for entry in (saved or {}).get("callbacks", []):
+        index, name = int(entry["index"]), str(entry["class"])
+        callback = callbacks[index] if index < len(callbacks) else None
+        if callback is None or type(callback).__qualname__ != name:
+            logger.warning(
+                "The experiment saved the state of callback %s (RunConfig.callbacks[%d]), "
+                "but the restored run has %s there: its state is not restored",
+                name,
+                index,
+                type(callback).__qualname__ if callback is not None else "no callback",
+            )
+            continue
+        callback.set_state(entry["state"])

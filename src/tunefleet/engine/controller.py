@@ -515,4 +515,5 @@ class Controller:
         self.store.update_trial(trial)
 
     def _save_states(self) -> None:
-        save_states(self.store, self.elapsed(), self.searcher, self.scheduler, self.stopper)
+        parts = (self.searcher, self.scheduler, self.stopper, self.callbacks)
+        save_states(self.store, self.elapsed(), *parts)

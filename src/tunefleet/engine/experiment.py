@@ -18,6 +18,7 @@ from tunefleet._version import __version__
 from tunefleet.backends import Backend
 from tunefleet.backends.local import LocalBackend
 from tunefleet.config import RunConfig, TuneConfig
+from tunefleet.engine.commit import restore_callback_states
 from tunefleet.engine.controller import Controller, ExperimentSpec
 from tunefleet.engine.resume import (
     ResumeState,
@@ -85,6 +86,7 @@ def _run(
     storage = parse_storage(run_config.storage_path, run_config.storage_filesystem)
     if resume is not None:
         _restore_states(resume, searcher, scheduler, stopper)
+        restore_callback_states(resume.callback_states, run_config.callbacks or [])
         name, path = resume.name, resume.path
     else:  # with remote storage, `path` is the local staging folder
         name, path = experiment_dir(run_config.storage_path, run_config.name, trainable, storage)

@@ -46,6 +46,7 @@ class ResumeState:
     searcher_state: dict[str, Any] | None = None
     scheduler_state: dict[str, Any] | None = None
     stopper_state: dict[str, Any] | None = None
+    callback_states: dict[str, Any] | None = None  # given back by `restore_callback_states`
     elapsed_s: float = 0.0
 
 
@@ -129,7 +130,8 @@ def prepare_resume(
     with StoreReader(exp) as reader:
         meta = reader.meta()
         trials = reader.trials()
-        states = {k: reader.state(k) for k in ("searcher", "scheduler", "stopper", "clock")}
+        kinds = ("searcher", "scheduler", "stopper", "callbacks", "clock")
+        states = {k: reader.state(k) for k in kinds}
     if "id_prefix" not in meta:
         raise ValueError(f"{exp} was made by a tunefleet without resume support; it cannot resume")
     space = _param_space(meta, param_space, force)
@@ -143,6 +145,7 @@ def prepare_resume(
         searcher_state=states["searcher"],
         scheduler_state=states["scheduler"],
         stopper_state=states["stopper"] if run.stop is not None else None,
+        callback_states=states["callbacks"],
         elapsed_s=float((states["clock"] or {}).get("elapsed_s", 0.0)),
     )
     _decide_trials(state, resume_unfinished, resume_errored, restart_errored)
