@@ -8,7 +8,6 @@ import functools
 import inspect
 import json
 import os
-import pickle
 import tempfile
 import time
 from collections.abc import Callable
@@ -17,6 +16,7 @@ from typing import Any
 from tunefleet import result as keys
 from tunefleet.resources import PlacementGroupFactory, normalize_resources
 from tunefleet.session import host_keys
+from tunefleet.storage.checkpoint import read_dict_state, write_dict_state
 
 
 class Trainable:
@@ -215,7 +215,7 @@ class Trainable:
     def _save_to(self, directory: str) -> None:
         returned = self.save_checkpoint(directory)
         if isinstance(returned, dict):
-            _write_state(returned, directory)
+            write_dict_state(returned, directory)
         elif returned is not None and os.path.realpath(str(returned)) != os.path.realpath(
             directory
         ):
@@ -225,40 +225,11 @@ class Trainable:
             )
 
     def _load_from(self, directory: str) -> None:
-        state = _read_state(directory)
+        state = read_dict_state(directory)
         self.load_checkpoint(state if state is not None else directory)
 
 
-_STATE_JSON = ".tunefleet_state.json"
 _COUNTERS = ".tunefleet_counters.json"  # what save() by hand records for restore()
-_STATE_PICKLE = ".tunefleet_state.pkl"
-
-
-def _write_state(state: dict[str, Any], directory: str) -> None:
-    """The dict `save_checkpoint` returned: JSON when it is plain data, else a pickle
-    (tensors, arrays: the user's own objects, read back only by their own trainable)."""
-    try:
-        text = json.dumps(state)
-    except (TypeError, ValueError):
-        with open(os.path.join(directory, _STATE_PICKLE), "wb") as f:
-            pickle.dump(state, f)
-        return
-    with open(os.path.join(directory, _STATE_JSON), "w") as f:
-        f.write(text)
-
-
-def _read_state(directory: str) -> dict[str, Any] | None:
-    path = os.path.join(directory, _STATE_JSON)
-    if os.path.exists(path):
-        with open(path) as f:
-            state: dict[str, Any] = json.load(f)
-        return state
-    path = os.path.join(directory, _STATE_PICKLE)
-    if os.path.exists(path):
-        with open(path, "rb") as f:
-            loaded: dict[str, Any] = pickle.load(f)
-        return loaded
-    return None
 
 
 TrainableLike = Callable[..., Any] | type[Trainable]

@@ -75,6 +75,7 @@ MODULES: dict[str, str] = {
     "ray.train.huggingface.transformers": "tunefleet.integration.huggingface",
     "ray.air": "tunefleet",
     "ray.air.config": "tunefleet.config",
+    "ray.air.checkpoint": "tunefleet",
     "ray.air.session": "tunefleet.session",
     "ray.air.result": "tunefleet.results",
     "ray.air.integrations": "tunefleet.callbacks",

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import pickle
 import tempfile
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -84,6 +85,36 @@ class Checkpoint:
         with tempfile.TemporaryDirectory(prefix="checkpoint_") as tmp:
             yield fs.download(self.path, tmp)
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Checkpoint:
+        """A checkpoint holding `data` (Ray 2.0-2.6's dict checkpoint), written into a new
+        temporary directory: JSON when the dict reads back equal, else a pickle."""
+        if not isinstance(data, dict):
+            raise TypeError(
+                f"Checkpoint.from_dict(data): data must be a dict, got {type(data).__name__}"
+            )
+        directory = tempfile.mkdtemp(prefix="checkpoint_")
+        write_dict_state(data, directory)
+        return cls(directory)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The dict a checkpoint made by `from_dict` (or by a class trainable's
+        `save_checkpoint` returning a dict) holds."""
+        with self.as_directory() as directory:
+            state = read_dict_state(directory)
+        if state is None:
+            raise ValueError(
+                f"Checkpoint.to_dict(): {self.path} holds files, not a dict checkpoint; "
+                "read it with checkpoint.as_directory() or to_directory()"
+            )
+        return state
+
+    def update_metadata(self, metadata: dict[str, Any]) -> None:
+        """Merge `metadata` into the checkpoint's metadata, as Ray's does."""
+        merged = self.get_metadata()
+        merged.update(metadata)
+        self.set_metadata(merged)
+
     def get_metadata(self) -> dict[str, Any]:
         fs = self._filesystem()
         raw = fs.read_bytes(fs.join(self.path, METADATA_FILE))
@@ -107,6 +138,42 @@ class Checkpoint:
 
     def __repr__(self) -> str:
         return f"Checkpoint(path={self.path!r})"
+
+
+_STATE_JSON = ".tunefleet_state.json"
+_STATE_PICKLE = ".tunefleet_state.pkl"
+
+
+def write_dict_state(state: dict[str, Any], directory: str) -> None:
+    """Write a dict checkpoint's data into `directory`: JSON when it reads back equal
+    (plain data), else a pickle (tensors, arrays, tuples, int keys: the user's own
+    objects, read back only by their own code)."""
+    try:
+        text = json.dumps(state)
+        plain = json.loads(text) == state
+    except (TypeError, ValueError):
+        plain = False
+    if plain:
+        with open(os.path.join(directory, _STATE_JSON), "w") as f:
+            f.write(text)
+        return
+    with open(os.path.join(directory, _STATE_PICKLE), "wb") as f:
+        pickle.dump(state, f)
+
+
+def read_dict_state(directory: str) -> dict[str, Any] | None:
+    """The dict `write_dict_state` wrote into `directory`, or None if there is none."""
+    path = os.path.join(directory, _STATE_JSON)
+    if os.path.exists(path):
+        with open(path) as f:
+            state: dict[str, Any] = json.load(f)
+        return state
+    path = os.path.join(directory, _STATE_PICKLE)
+    if os.path.exists(path):
+        with open(path, "rb") as f:
+            loaded: dict[str, Any] = pickle.load(f)
+        return loaded
+    return None
 
 
 def persist_checkpoint(
