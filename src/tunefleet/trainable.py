@@ -204,13 +204,11 @@ class Trainable:
 
     def _reset(self, new_config: dict[str, Any]) -> bool:
         """A reused instance for a new trial, as Ray Tune's `reset`: the new config and
-        identity, then `reset_config`; counters start again if it returns True."""
+        identity and counters first (so `self.trial_id` inside `reset_config` is the new
+        trial's), then `reset_config`; False means a new instance is made instead."""
         self.config = new_config
-        self._context = None
-        ok = bool(self.reset_config(new_config))
-        if ok:
-            self._attach()
-        return ok
+        self._attach()
+        return bool(self.reset_config(new_config))
 
     def _save_to(self, directory: str) -> None:
         returned = self.save_checkpoint(directory)

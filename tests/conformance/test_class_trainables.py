@@ -198,6 +198,7 @@ class Resettable(tune.Trainable):
         self.setups = getattr(self, "setups", 0) + 1
         self.resets = 0
         self.factor = config["factor"]
+        self.id_in_reset = None
 
     def step(self):
         return {
@@ -206,12 +207,14 @@ class Resettable(tune.Trainable):
             "pid_seen": os.getpid(),
             "config_factor": self.config["factor"],
             "iteration_in_step": self.iteration,
+            "id_seen_in_reset": self.id_in_reset,
             "done": True,
         }
 
     def reset_config(self, new_config):
         self.factor = new_config["factor"]
         self.resets += 1
+        self.id_in_reset = self.trial_id  # Ray's reset gives the new identity first
         return True
 
 
@@ -235,6 +238,13 @@ def test_a_reset_instance_sees_the_new_config_and_iteration_zero(reused):
     for result in reused:
         assert result.metrics["config_factor"] == result.config["factor"]
         assert result.metrics["iteration_in_step"] == 0
+
+
+def test_reset_config_sees_the_new_trials_identity(reused):
+    seen = [r.metrics["id_seen_in_reset"] for r in reused]
+    assert sum(1 for s in seen if s is not None) == 2  # two of three trials reused it
+    for result in reused:
+        assert result.metrics["id_seen_in_reset"] in (None, result.metrics["trial_id"])
 
 
 def test_without_reuse_actors_each_trial_gets_its_own_instance(storage):
