@@ -236,12 +236,10 @@ def run_once(
             budgets = df["training_iteration"].tolist()
             true = [problem.true_loss(result.config, int(b)) for b in budgets]
             points.extend(zip(df["timestamp"].tolist(), df["loss"].tolist(), true, strict=True))
-        # A trial stopped before its first result must not be an error (fixed 2026-11-23);
-        # counted apart so that a regression shows.
-        errors: list[str] = []
-        no_result: list[str] = []
-        for e in results.errors:
-            (no_result if str(e).startswith("NO_RESULT") else errors).append(str(e))
+        # A trial the budget stopped before its first result is not an error: it ends
+        # TERMINATED with no metrics (as in Ray Tune); counted apart, for the record.
+        errors = [str(e) for e in results.errors]
+        no_result = [result.path for result in results if not result.metrics]
         trials = len(results)
     points.sort()
     suggest_s = timing["suggest_s"]
