@@ -258,17 +258,29 @@ def test_bayesopt_takes_rays_bounds_space():
         assert 0.0 <= config["x"] <= 1.0 and -1.0 <= config["y"] <= 1.0
 
 
-def test_bayesopt_utility_kwargs_expected_improvement_is_honoured():
-    searcher = BayesOptSearch(
-        SPACE, metric="loss", mode="min", utility_kwargs={"kind": "ei", "kappa": 2.5, "xi": 0.0}
-    )
+@pytest.mark.parametrize(
+    "utility_kwargs",
+    [
+        {"kind": "ei", "kappa": 2.5, "xi": 0.0},
+        {"kind": "ei", "kappa": 2.576, "xi": 0.01},
+        {"kind": "poi", "kappa": 2.576, "xi": 0.01},
+    ],
+)
+def test_bayesopt_utility_kwargs_ei_and_poi_are_honoured(utility_kwargs):
+    searcher = BayesOptSearch(SPACE, metric="loss", mode="min", utility_kwargs=utility_kwargs)
     assert isinstance(searcher.suggest("a"), dict)
 
 
-def test_bayesopt_utility_kwargs_ucb_is_refused_with_the_nearest_named():
-    # deliberate difference: GPSampler has no UCB; the error names kind='ei', xi=0.0
-    with pytest.raises(ValueError, match=r"'kind': 'ei', 'xi': 0\.0"):
-        BayesOptSearch(utility_kwargs={"kind": "ucb", "kappa": 2.5, "xi": 0.0})
+def test_bayesopt_example_ucb_utility_kwargs():
+    # bayesopt_example.py's searcher, as Ray's example builds it; the GP (UCB, kappa 2.5)
+    # makes the suggestions after random_search_steps finished trials
+    algo = BayesOptSearch(
+        utility_kwargs={"kind": "ucb", "kappa": 2.5, "xi": 0.0}, random_search_steps=3
+    )
+    algo = ConcurrencyLimiter(algo, max_concurrent=4)
+    algo.set_search_properties("loss", "min", SPACE)
+    for config in run_standalone(algo, 4):
+        assert 0.0 <= config["x"] <= 1.0 and -1.0 <= config["y"] <= 1.0
 
 
 # -- ConcurrencyLimiter and Repeater on their own ---------------------------------------------

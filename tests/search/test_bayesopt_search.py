@@ -139,7 +139,7 @@ def test_nested_choices_name_each_branch() -> None:
         ({"a": {"n": tune.randn()}}, {}, r'param_space\["a"\]\["n"\] is randn.*no bounds'),
         ({"a": tune.grid_search([1, 2])}, {}, r'param_space\["a"\] is a grid_search'),
         ({"a": 1}, {}, "no parameter to search"),
-        ({"x": tune.uniform(0, 1)}, {"utility_kwargs": {"kind": "ucb"}}, "log expected impr"),
+        ({"x": tune.uniform(0, 1)}, {"utility_kwargs": {"kind": "lcb"}}, r"\['kind'\]='lcb'"),
         ({"x": tune.uniform(0, 1)}, {"patience": 0}, "patience=0 must be >= 1"),
     ],
 )
@@ -264,6 +264,144 @@ def test_missing_optuna_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setitem(sys.modules, "optuna", None)
     with pytest.raises(ImportError, match=r"pip install 'tunefleet\[bayesopt\]'"):
         BayesOptSearch()
+
+
+# ---------------------------------------------------------------------- utility_kwargs
+
+BOWL_POINTS = [{"x": v} for v in (0.05, 0.15, 0.25, 0.3, 0.35, 0.45)]
+BOWL_LOSSES = [(p["x"] - 0.3) ** 2 for p in BOWL_POINTS]
+
+
+def bowl(utility: dict[str, Any] | None, scale: float = 1.0) -> BayesOptSearch:
+    """Six observations around the minimum at x=0.3, none beyond 0.45: the GP is asked
+    at once (the points are told with their rewards)."""
+    search = BayesOptSearch(
+        {"x": tune.uniform(0, 1)},
+        metric="loss",
+        mode="min",
+        points_to_evaluate=BOWL_POINTS,
+        evaluated_rewards=[loss * scale for loss in BOWL_LOSSES],
+        utility_kwargs=utility,
+        random_state=0,
+        random_search_steps=3,
+    )
+    search.set_search_properties(None, None, {})
+    return search
+
+
+def test_ucb_kappa_moves_the_suggestion_from_exploiting_to_exploring() -> None:
+    exploit = bowl({"kind": "ucb", "kappa": 0.0}).suggest("a")  # the GP's mean alone
+    explore = bowl({"kind": "ucb", "kappa": 50.0}).suggest("a")  # its uncertainty rules
+    assert isinstance(exploit, dict) and isinstance(explore, dict)
+    assert abs(exploit["x"] - 0.3) < 0.05, exploit
+    assert explore["x"] > 0.7, explore  # far from every observation
+
+
+@pytest.fixture
+def acquisitions(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """Every acquisition GPSampler is asked to optimise; the optimisation is skipped
+    (the best point so far is returned), so a suggestion costs only the GP fit."""
+    from optuna.samplers import GPSampler
+
+    seen: list[Any] = []
+
+    def record(self: Any, acqf: Any, best_params: Any) -> Any:
+        seen.append(acqf)
+        return best_params[0]
+
+    monkeypatch.setattr(GPSampler, "_optimize_acqf", record)
+    return seen
+
+
+@pytest.mark.parametrize(
+    ("utility", "alone", "beside_running"),
+    [
+        (None, "LogEI", "qLogEI"),
+        ({"kind": "ei", "xi": 0.0}, "LogEI", "qLogEI"),
+        ({"kind": "ei", "xi": 10.0}, "LogEI", "qLogEI"),  # losses x1000: 10 is 0.01
+        ({"kind": "poi", "xi": 10.0}, "LogPI", "LogPI"),
+        ({"kind": "ucb", "kappa": 2.5, "xi": 0.0}, "UCB", "UCB"),
+        ({}, "UCB", "UCB"),  # bayes_opt's defaults: ucb, kappa 2.576
+    ],
+)
+def test_each_kind_is_the_acquisition_optimised(
+    acquisitions: list[Any], utility: dict[str, Any] | None, alone: str, beside_running: str
+) -> None:
+    import numpy as np
+
+    search = bowl(utility, scale=1000.0)
+    search.suggest("a")
+    search.suggest("b")  # "a" still running
+    assert [type(a).__name__ for a in acquisitions] == [alone, beside_running]
+    first, second = acquisitions
+    kappa = (utility or {}).get("kappa", 2.576)
+    if alone == "UCB":
+        assert first._beta == pytest.approx(kappa**2)
+        # the running trial is believed at the GP's mean: one more point, less variance
+        assert second._gpr._X_all.shape[0] == first._gpr._X_all.shape[0] + 1
+        return
+    # xi in the metric's units (here x1000) becomes a margin in GPSampler's standardized
+    # scores: (best - mean) / std + xi / std, with the losses negated (maximised)
+    scores = -np.array(BOWL_LOSSES) * 1000.0
+    xi = (utility or {}).get("xi", 0.0)
+    expected = (scores.max() - scores.mean()) / scores.std() + xi / scores.std()
+    assert first._threshold == pytest.approx(expected)
+    assert second._threshold == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    ("utility", "error", "message"),
+    [
+        ({"kind": "UCB"}, ValueError, r"utility_kwargs\['kind'\]='UCB' must be one of"),
+        ({"kind": "ei", "alpha": 1}, ValueError, r"unknown keys \['alpha'\]"),
+        ({"kappa": -1.0}, ValueError, r"\['kappa'\]=-1.0 must be a finite number >= 0"),
+        ({"xi": math.nan}, ValueError, r"\['xi'\]=nan must be a finite"),
+        ({"xi": "0.1"}, TypeError, r"\['xi'\]='0.1' must be a number"),
+        ({"kappa_decay_delay": -1}, ValueError, r"\['kappa_decay_delay'\]=-1 must be an int"),
+        ("ucb", TypeError, r"utility_kwargs='ucb' must be a dict or None"),
+    ],
+)
+def test_bad_utility_kwargs_are_refused_naming_the_value(
+    utility: Any, error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error, match=message):
+        BayesOptSearch(utility_kwargs=utility)
+
+
+def test_an_acquisition_other_than_ei_is_refused_with_constraints() -> None:
+    search = BayesOptSearch(utility_kwargs={"kind": "ucb", "kappa": 2.5})
+    with pytest.raises(ValueError, match=r"kind='ucb' \(kappa=2.5\).*constraints.*'ei'"):
+        search.set_search_properties("loss", "min", {"x": tune.uniform(0, 1)}, constraints=["c"])
+
+
+def test_the_private_optuna_api_relied_on_is_there() -> None:
+    # pins optuna._gp.acqf.UCB/LogEI/qLogEI/LogPI and GPSampler's hooks, with their
+    # parameters: a new Optuna that renames one fails here, not in a user's run
+    from tunefleet.search._bayesopt_acqf import PRIVATE_API, check_optuna
+
+    check_optuna(optuna, "pinned")
+    names = {f"{module}.{name}" for module, name, _ in PRIVATE_API}
+    assert {"optuna._gp.acqf.UCB", "optuna._gp.acqf.LogPI"} <= names
+
+
+def test_an_optuna_without_the_acquisitions_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    from optuna._gp import acqf
+
+    monkeypatch.delattr(acqf, "UCB")
+    with pytest.raises(ValueError, match=r"optuna 5.*optuna \S+ is installed.*'kind': 'ei'"):
+        BayesOptSearch(utility_kwargs={"kind": "ucb", "kappa": 2.5, "xi": 0.0})
+    BayesOptSearch(utility_kwargs={"kind": "ei", "xi": 0.0})  # GPSampler's own: still fine
+
+
+def test_state_round_trip_keeps_the_acquisition() -> None:
+    utility = {"kind": "ucb", "kappa": 50.0, "xi": 0.0}
+    search = bowl(utility)
+    state = json.loads(json.dumps(search.get_state()))
+    copy = bowl(utility)
+    copy.set_state(state)
+    suggestion = search.suggest("a")
+    assert copy.suggest("a") == suggestion
+    assert isinstance(suggestion, dict) and suggestion["x"] > 0.7  # still UCB, exploring
 
 
 # ---------------------------------------------------------------------- end to end

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from tunefleet._metrics import MetricSpec, ModeSpec, metric_value
 from tunefleet.search._base import FINISHED, SpaceSearcher
+from tunefleet.search._bayesopt_acqf import check_constraints, gp_sampler, parse_utility
 from tunefleet.search._shared import (
     check_points,
     check_rewards,
@@ -85,11 +86,10 @@ class BayesOptSearch(SpaceSearcher):
             left out are drawn at random).
         evaluated_rewards: the metric values of `points_to_evaluate`, already known:
             those points are told to the model and not run again.
-        utility_kwargs: Ray's acquisition settings for bayes_opt. GPSampler maximises
-            expected improvement (as its log) with no margin, so
-            ``{"kind": "ei", "xi": 0.0}`` is honoured (and None means the same);
-            ``"ucb"`` (any `kappa`), ``"poi"`` and ``xi != 0`` are refused with that
-            nearest equivalent named.
+        utility_kwargs: Ray's acquisition settings for bayes_opt, honoured: ``"ucb"``
+            (mean + kappa * std), ``"ei"`` or ``"poi"`` over the best value + `xi` (in
+            the metric's units); missing keys take bayes_opt's defaults. None: GPSampler's
+            log expected improvement (``{"kind": "ei", "xi": 0.0}``; Ray's None is UCB).
         random_state: the seed of every random choice.
         random_search_steps: random suggestions before the Gaussian process is used
             (counted in finished trials).
@@ -133,7 +133,8 @@ class BayesOptSearch(SpaceSearcher):
             extra="bayesopt",
             needs="optuna, scipy and torch (it runs Optuna's GPSampler)",
         )
-        self.utility_kwargs = _check_utility(utility_kwargs)
+        self._acquisition = parse_utility(utility_kwargs, self._optuna)
+        self.utility_kwargs = None if utility_kwargs is None else dict(utility_kwargs)
         if space is not None and not isinstance(space, dict):
             raise TypeError(f"space must be a dict, not {type(space).__name__}")
         points = check_points("BayesOptSearch", points_to_evaluate)
@@ -177,6 +178,7 @@ class BayesOptSearch(SpaceSearcher):
                 "BayesOptSearch with TuneConfig.constraints needs optuna>=5.0 (constraint "
                 f"values told to GPSampler); optuna {self._optuna.__version__} is installed"
             )
+        check_constraints(self._acquisition, self._constraints)
         space, self._constants = split_space("BayesOptSearch", self._own_space, config)
         validate_space(space)
         self._dists, self._paths = {}, {}
@@ -318,7 +320,8 @@ class BayesOptSearch(SpaceSearcher):
         samplers = self._optuna.samplers
         if not gp:
             return samplers.RandomSampler(seed=seed)
-        return samplers.GPSampler(
+        return gp_sampler(
+            self._acquisition,
             seed=seed,
             independent_sampler=samplers.RandomSampler(seed=seed),
             n_startup_trials=self.random_search_steps,
@@ -424,49 +427,6 @@ def _key(params: dict[str, Any]) -> str:
     """A suggestion's identity for `skip_duplicate` and `patience` (floats to 6 digits)."""
     rounded = {k: float(f"{v:.6g}") if isinstance(v, float) else v for k, v in params.items()}
     return json.dumps(rounded, sort_keys=True)
-
-
-_UTILITY_KEYS = ("kind", "kappa", "xi", "kappa_decay", "kappa_decay_delay")
-_NEAREST = "utility_kwargs={'kind': 'ei', 'xi': 0.0} (or None, the same)"
-
-
-def _check_utility(kwargs: dict[str, Any] | None) -> dict[str, Any] | None:
-    """Ray's `utility_kwargs`, kept when GPSampler's acquisition is what they ask for:
-    expected improvement with ``xi=0`` (`kappa` and its decay belong to UCB and do
-    nothing for EI, in bayes_opt too); anything else is refused, naming that."""
-    if kwargs is None:
-        return None
-    if not isinstance(kwargs, dict):
-        raise TypeError(f"BayesOptSearch: utility_kwargs={kwargs!r} must be a dict or None")
-    unknown = sorted(set(kwargs) - set(_UTILITY_KEYS))
-    if unknown:
-        raise ValueError(
-            f"BayesOptSearch: utility_kwargs has unknown keys {unknown}; bayes_opt's are "
-            f"{list(_UTILITY_KEYS)}"
-        )
-    kind, xi = kwargs.get("kind"), kwargs.get("xi", 0.0)
-    if kind not in ("ucb", "ei", "poi"):
-        raise ValueError(
-            f"BayesOptSearch: utility_kwargs['kind']={kind!r} must be 'ucb', 'ei' or 'poi'"
-        )
-    if kind == "ucb":
-        raise ValueError(
-            "BayesOptSearch: utility_kwargs kind='ucb' cannot be honoured: Optuna's GPSampler "
-            "has no upper-confidence-bound acquisition (nor a kappa); it maximises log "
-            f"expected improvement, the nearest: {_NEAREST}"
-        )
-    if kind == "poi":
-        raise ValueError(
-            "BayesOptSearch: utility_kwargs kind='poi' cannot be honoured: Optuna's GPSampler "
-            "does not offer probability of improvement; it maximises log expected "
-            f"improvement, the nearest: {_NEAREST}"
-        )
-    if isinstance(xi, bool) or not isinstance(xi, (int, float)) or xi != 0:
-        raise ValueError(
-            f"BayesOptSearch: utility_kwargs xi={xi!r} cannot be honoured: GPSampler's "
-            f"expected improvement has no exploration margin (xi); use {_NEAREST}"
-        )
-    return dict(kwargs)
 
 
 def _to_bounds(spec: dict[str, Any], join: bool) -> dict[str, Any]:
