@@ -13,7 +13,8 @@ from hyperopt import hp
 from hyperopt.pyll import Apply
 from ray import train, tune
 from ray.train import RunConfig
-from ray.tune.search import ConcurrencyLimiter, Repeater, Searcher
+from ray.tune import ExperimentAnalysis
+from ray.tune.search import BasicVariantGenerator, ConcurrencyLimiter, Repeater, Searcher
 from ray.tune.search.bayesopt import BayesOptSearch
 from ray.tune.search.bohb import TuneBOHB
 from ray.tune.search.hyperopt import HyperOptSearch
@@ -515,3 +516,79 @@ def test_a_searcher_with_its_own_space_refuses_a_param_space_with_domains(storag
     )
     with pytest.raises(ValueError, match="already instantiated with a search space"):
         tuner.fit()
+
+
+# --------------------------------------------- Ray's parameter order, positionally
+
+
+@pytest.mark.parametrize("cls", [OptunaSearch, HyperOptSearch, BayesOptSearch])
+def test_space_metric_mode_positionally(cls):
+    search = cls(dict(SPACE), "loss", "min")
+    assert (search.metric, search.mode) == ("loss", "min")
+    assert 0 <= search.suggest("t0")["x"] <= 1
+
+
+def test_hyperopt_every_parameter_positionally():
+    search = HyperOptSearch(dict(SPACE), "loss", "min", [{"x": 0.1, "y": 0.2}], 2, 7, 0.25)
+    assert search.suggest("t0") == {"x": 0.1, "y": 0.2}
+
+
+def test_optuna_every_parameter_positionally():
+    sampler = optuna.samplers.RandomSampler(seed=3)
+    search = OptunaSearch(dict(SPACE), "loss", "min", [{"x": 0.1, "y": 0.2}], sampler, "s")
+    assert search.suggest("t0") == {"x": 0.1, "y": 0.2}
+
+
+def test_bayesopt_every_parameter_positionally():
+    search = BayesOptSearch(dict(SPACE), "loss", "min", None, None, 7, 20, 0, 5, True)
+    assert (search.metric, search.mode) == ("loss", "min")
+    assert isinstance(search.suggest("t0"), dict)
+
+
+def test_bohb_space_then_bohb_config_positionally():
+    search = TuneBOHB(dict(SPACE), {"min_points_in_model": 3}, "loss", "min", None, 7)
+    assert (search.metric, search.mode) == ("loss", "min")
+    assert isinstance(search.suggest("t0"), dict)
+
+
+def test_basic_variant_generator_positionally():
+    search = BasicVariantGenerator([{"x": 0.5}], 2, True, 7)
+    assert search.max_concurrent == 2
+
+
+def test_limiter_and_repeater_positionally():
+    assert ConcurrencyLimiter(make_optuna(space=dict(SPACE)), 2).max_concurrent == 2
+    repeater = Repeater(make_optuna(space=dict(SPACE), metric="loss", mode="min"), 3)
+    assert repeater.repeat == 3
+
+
+# ---------------------------------------------- add_evaluated_point / _trials
+
+
+@pytest.mark.parametrize("name", ["optuna", "hyperopt", "bayesopt"])
+def test_add_evaluated_point_feeds_the_model_and_its_saved_state(name, tmp_path):
+    search = FACTORIES[name](space=dict(SPACE), metric="loss", mode="min")
+    search.add_evaluated_point({"x": 0.3, "y": 0.0}, 0.0)
+    search.add_evaluated_point({"x": 0.9, "y": 0.9}, 1.2, error=True)
+    search.add_evaluated_point({"x": 0.1, "y": 0.5}, 0.3, pruned=True, intermediate_values=[1.0])
+    path = str(tmp_path / "searcher.pkl")
+    search.save(path)
+    restored = FACTORIES[name](space=dict(SPACE), metric="loss", mode="min")
+    restored.restore(path)
+    assert restored.suggest("t0") == search.suggest("t0")
+
+
+def test_add_evaluated_trials_takes_an_experiment_analysis(optuna_run, storage):
+    analysis = ExperimentAnalysis(os.path.join(storage, "optuna_run"))
+    search = make_hyperopt(space=dict(SPACE), metric="loss", mode="min")
+    search.add_evaluated_trials(analysis, "loss")
+    assert len(search.get_state()["trials"]) == 4
+    with pytest.warns(UserWarning, match="no finished trial reported the metric"):
+        make_optuna(space=dict(SPACE), metric="loss", mode="min").add_evaluated_trials(
+            analysis.trials, "no_such_metric"
+        )
+
+
+def test_a_searcher_without_evaluated_points_raises_not_implemented():
+    with pytest.raises(NotImplementedError):
+        BasicVariantGenerator().add_evaluated_point({"x": 0.5}, 1.0)

@@ -295,3 +295,34 @@ def test_ax_save_and_restore_continue_the_same_search(tmp_path):
     again = make()
     again.restore_from_dir(str(tmp_path))
     assert drive(again, 2, start=10) == drive(search, 2, start=10)
+
+
+# --------------------------------------------- Ray's parameter order, positionally
+
+OWN = {"width": tune.uniform(0, 20), "height": tune.uniform(-100, 100)}
+
+
+def test_nevergrad_optimizer_then_kwargs_space_metric_mode_positionally():
+    search = NevergradSearch(ng.optimizers.OnePlusOne, None, dict(OWN), "mean_loss", "min")
+    assert (search.metric, search.mode) == ("mean_loss", "min")
+    assert 0 <= drive(search, 1)[0]["width"] <= 20
+
+
+def test_hebo_space_metric_mode_positionally():
+    search = HEBOSearch(dict(OWN), "mean_loss", "min", None, None, 1, 2)
+    assert (search.metric, search.mode) == ("mean_loss", "min")
+    assert len(drive(search, 2)) == 2
+
+
+def test_zoopt_algo_budget_dim_dict_metric_mode_positionally():
+    dims = {"width": (ValueType.CONTINUOUS, [0, 20], 1e-2)}
+    search = ZOOptSearch("asracos", 10, dims, "mean_loss", "min")
+    assert (search.metric, search.mode) == ("mean_loss", "min")
+    assert 0 <= drive(search, 1)[0]["width"] <= 20
+
+
+def test_ax_space_metric_mode_positionally():
+    params = [{"name": "width", "type": "range", "bounds": [0.0, 20.0]}]
+    search = AxSearch(params, "mean_loss", "min")
+    assert (search.metric, search.mode) == ("mean_loss", "min")
+    assert 0 <= drive(search, 1)[0]["width"] <= 20

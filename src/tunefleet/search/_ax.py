@@ -10,15 +10,20 @@ a float range (log-scaled or not), an int or a quantized float the index of its
 multiple as an int range, a choice an unordered choice of category indices. Ax's
 own list of parameter dicts is taken as it is. The state is Ax's JSON snapshot of
 the client (experiment, data and generation strategy), so `set_state` restores Ax
-exactly, with no replay.
+exactly, with no replay. The snapshot is kept as one opaque string (zlib, base64):
+the experiment store hides values under secret-looking keys, and Ax's JSON has
+``generator_key`` fields whose loss made a restored Ax restart its Sobol' sequence.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import json
 import logging
 import re
 import warnings
+import zlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -165,15 +170,34 @@ class AxSearch(AskTellSearcher):
     def _extra_state(self) -> dict[str, Any]:
         with _quiet():
             snapshot = self._client.to_json_snapshot()
-        return {"ax": snapshot, "trials": {k: int(v) for k, v in self._live.items()}}
+        return {"ax": _pack(snapshot), "trials": {k: int(v) for k, v in self._live.items()}}
 
     def _restore(self, state: dict[str, Any]) -> None:
         """Ax's own snapshot: the experiment, its data and its generation strategy."""
+        snapshot = state["ax"]
+        if isinstance(snapshot, str):
+            snapshot = _unpack(snapshot)
         with _quiet():
-            self._client = self._lib.AxClient.from_json_snapshot(state["ax"])
+            self._client = self._lib.AxClient.from_json_snapshot(snapshot)
         self._live = {str(k): int(v) for k, v in state["trials"].items()}
         asks = sum(1 for e in state["log"] if e[0] == "ask")
         self._queue = [dict(v) for v in self._point_values][asks:]
+
+
+def _pack(snapshot: dict[str, Any]) -> str:
+    """Ax's snapshot as one opaque ASCII string (no key or text for redaction to alter)."""
+    text = json.dumps(snapshot, separators=(",", ":"))
+    return base64.b64encode(zlib.compress(text.encode(), 6)).decode("ascii")
+
+
+def _unpack(packed: str) -> dict[str, Any]:
+    try:
+        data = json.loads(zlib.decompress(base64.b64decode(packed.encode("ascii"))))
+    except (ValueError, zlib.error) as exc:
+        raise ValueError(f"AxSearch: the saved Ax snapshot cannot be read ({exc})") from None
+    if not isinstance(data, dict):
+        raise ValueError("AxSearch: the saved Ax snapshot is not a JSON object")
+    return data
 
 
 def _parameter(param: Param) -> dict[str, Any]:

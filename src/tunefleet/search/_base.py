@@ -112,6 +112,30 @@ class Searcher(ABC):
     ) -> None:
         """The trial ended; `result` is its last result, `error` True if it failed."""
 
+    # -- results from elsewhere (Ray's names) -------------------------------------------
+    def add_evaluated_point(
+        self,
+        parameters: dict[str, Any],
+        value: float,
+        error: bool = False,
+        pruned: bool = False,
+        intermediate_values: list[float] | None = None,
+    ) -> None:
+        """Tell the model about a config evaluated outside this run (`value`: its metric;
+        `error`: it failed; `pruned`: stopped early). OptunaSearch, HyperOptSearch and
+        BayesOptSearch take them; other searchers raise NotImplementedError, as in Ray."""
+        raise NotImplementedError(
+            f"{type(self).__name__} does not take evaluated points (add_evaluated_point); "
+            "OptunaSearch, HyperOptSearch and BayesOptSearch do"
+        )
+
+    def add_evaluated_trials(self, trials_or_analysis: Any, metric: str) -> None:
+        """`add_evaluated_point` for each trial of a `Trial`, a list of them, or an
+        `ExperimentAnalysis` (a `ResultGrid` too) whose last result has `metric`."""
+        from tunefleet.search._evaluated import add_evaluated_trials
+
+        add_evaluated_trials(self, trials_or_analysis, metric)
+
     def get_state(self) -> dict[str, Any]:
         """The searcher's state as JSON-able data (random generators included)."""
         return {}

@@ -50,11 +50,11 @@ class BasicVariantGenerator(Searcher):
 
     def __init__(
         self,
-        *,
         points_to_evaluate: list[dict[str, Any]] | None = None,
         max_concurrent: int = 0,
         constant_grid_search: bool = False,
         random_state: int | random.Random | None = None,
+        *,
         seed: int | random.Random | None = None,
     ) -> None:
         super().__init__()

@@ -98,6 +98,8 @@ class BayesOptSearch(SpaceSearcher):
             this many times: the model has converged.
         skip_duplicate: a suggestion equal to an earlier one is not run (`suggest`
             returns None and asks again later); False runs it again.
+        analysis: an earlier experiment (`ExperimentAnalysis` or `ResultGrid`) whose
+            trials are told to the model when the searcher is set up (`register_analysis`).
 
     Example:
         >>> import tunefleet as tune
@@ -111,17 +113,18 @@ class BayesOptSearch(SpaceSearcher):
     def __init__(
         self,
         space: dict[str, Any] | None = None,
-        *,
         metric: str | None = None,
         mode: str | None = None,
         points_to_evaluate: list[dict[str, Any]] | None = None,
-        evaluated_rewards: list[float] | None = None,
         utility_kwargs: dict[str, Any] | None = None,
         random_state: int = 42,
         random_search_steps: int = 10,
         verbose: int = 0,
         patience: int = 5,
         skip_duplicate: bool = True,
+        analysis: Any = None,
+        *,
+        evaluated_rewards: list[float] | None = None,
     ) -> None:
         super().__init__(metric=metric, mode=mode)
         # GPSampler needs scipy and torch too, and says so only when sampling
@@ -150,6 +153,7 @@ class BayesOptSearch(SpaceSearcher):
                 raise ValueError(f"{name}={value!r} must be >= {low}")
         self._own_space = None if space is None else _bounds_to_domains(space)
         self._points, self._rewards = points, rewards
+        self._analysis = analysis
         self._seed, self.random_search_steps = random_state, random_search_steps
         self.patience, self.skip_duplicate = patience, bool(skip_duplicate)
         self._space: dict[str, Any] = {}
@@ -198,6 +202,37 @@ class BayesOptSearch(SpaceSearcher):
             else:
                 self._add_finished(params, "COMPLETE", self._rewards[i], None)
         self._took(self._space)
+        if self._analysis is not None:
+            self.add_evaluated_trials(self._analysis, str(self.metric))
+
+    def register_analysis(self, analysis: Any) -> None:
+        """Tell the model the trials of an earlier experiment (an `ExperimentAnalysis`
+        or `ResultGrid`) that reported this searcher's metric (Ray's method)."""
+        self._ready()
+        self.add_evaluated_trials(analysis, str(self.metric))
+
+    def add_evaluated_point(
+        self,
+        parameters: dict[str, Any],
+        value: float,
+        error: bool = False,
+        pruned: bool = False,
+        intermediate_values: list[float] | None = None,
+    ) -> None:
+        """Tell the model about a config evaluated elsewhere (Ray's names); a failed
+        one is recorded as failed. A pruned one counts with its value, as in bayes_opt."""
+        if self._study is None:  # (during setup, `analysis=` is told with the study made)
+            self._ready()
+        params = self._point_params(parameters, "parameters")
+        if error:
+            self._add_finished(params, "FAIL", None, None)
+            return
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            raise TypeError(f"BayesOptSearch: value={value!r} must be a number")
+        if not math.isfinite(value):
+            return  # filtered out, as the searcher does with results
+        constraints = dict.fromkeys(self._constraints, 0.0)  # counted as feasible
+        self._add_finished(params, "COMPLETE", float(value), constraints)
 
     @staticmethod
     def convert_search_space(spec: dict[str, Any], join: bool = False) -> dict[str, Any]:

@@ -93,7 +93,6 @@ class TuneBOHB(SpaceSearcher):
     def __init__(
         self,
         space: dict[str, Any] | None = None,
-        *,
         bohb_config: dict[str, Any] | None = None,
         metric: str | None = None,
         mode: str | None = None,
@@ -365,6 +364,12 @@ def _key(params: dict[str, Any]) -> str:
 def _check_config(given: dict[str, Any] | None) -> dict[str, Any]:
     config = dict(_DEFAULTS)
     given = {} if given is None else given
+    if isinstance(given, str):
+        raise TypeError(
+            f"TuneBOHB: bohb_config={given!r} must be a dict: TuneBOHB's second argument is "
+            "bohb_config (Ray's order: space, bohb_config, metric, mode); pass metric= "
+            "and mode= by keyword"
+        )
     if not isinstance(given, dict):
         raise TypeError(f"TuneBOHB: bohb_config must be a dict, not {type(given).__name__}")
     unknown = sorted(set(given) - set(_DEFAULTS))

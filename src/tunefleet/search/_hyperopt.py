@@ -95,14 +95,14 @@ class HyperOptSearch(SpaceSearcher):
     def __init__(
         self,
         space: dict[str, Any] | None = None,
-        *,
         metric: str | None = None,
         mode: str | None = None,
         points_to_evaluate: list[dict[str, Any]] | None = None,
-        evaluated_rewards: list[float] | None = None,
         n_initial_points: int = 20,
         random_state_seed: int | None = None,
         gamma: float = 0.25,
+        *,
+        evaluated_rewards: list[float] | None = None,
     ) -> None:
         super().__init__(metric=metric, mode=mode)
         self._hp = import_optional(
@@ -194,6 +194,28 @@ class HyperOptSearch(SpaceSearcher):
         return native
 
     # ------------------------------------------------------------------ events
+
+    def add_evaluated_point(
+        self,
+        parameters: dict[str, Any],
+        value: float,
+        error: bool = False,
+        pruned: bool = False,
+        intermediate_values: list[float] | None = None,
+    ) -> None:
+        """Tell TPE a config evaluated elsewhere (Ray's names); pruned counts its value."""
+        self._ready()
+        vals = self._point_vals(parameters, "parameters")
+        if self._space is None:
+            self._check_native_point(vals, parameters, "parameters")
+        if error:
+            self._insert(self._new_tid(), vals, _ERROR, {"status": "fail"})
+            return
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"HyperOptSearch: value={value!r} must be a number")
+        if math.isfinite(value):  # a non-finite value is dropped, as a result's is
+            self._insert(self._new_tid(), vals, _DONE, self._result(value))
+        self._trials.refresh()
 
     def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
         """The next config: the next of `points_to_evaluate`, then TPE's."""

@@ -81,6 +81,8 @@ class OptunaSearch(SpaceSearcher):
         points_to_evaluate: configs to try first (each may set only some parameters).
         sampler: an Optuna sampler instance, or one of "tpe" (the default), "gp",
             "cmaes", "qmc", "nsga2", "random", built and seeded by OptunaSearch.
+        study_name: the name of the (in-memory) Optuna study.
+        storage: must be None: the study's state is kept in the experiment store.
         seed: seeds the samplers OptunaSearch builds (not an instance's).
         evaluated_rewards: the objective values of `points_to_evaluate`, already known:
             the points are then added as finished trials instead of being run.
@@ -98,15 +100,25 @@ class OptunaSearch(SpaceSearcher):
     def __init__(
         self,
         space: Mapping[str, Any] | DefineByRun | None = None,
-        *,
         metric: MetricSpec = None,
         mode: ModeSpec = None,
         points_to_evaluate: list[dict[str, Any]] | None = None,
         sampler: BaseSampler | str | None = None,
+        study_name: str | None = None,
+        storage: Any = None,
         seed: int | None = None,
         evaluated_rewards: list[Any] | None = None,
     ) -> None:
         optuna = import_optional("optuna", owner="OptunaSearch", extra="optuna", needs="Optuna")
+        if study_name is not None and not isinstance(study_name, str):
+            raise TypeError(f"OptunaSearch: study_name={study_name!r} must be a str or None")
+        if storage is not None:
+            raise ValueError(
+                f"OptunaSearch: storage={storage!r} is not supported: the study lives in "
+                "memory and its state in the experiment store (resume with Tuner.restore); "
+                "pass storage=None"
+            )
+        self._study_name = study_name or "tunefleet"
         # several objectives are kept apart (_metric_arg): `metric` names one
         super().__init__(
             metric=metric if isinstance(metric, str) and isinstance(mode, str) else None,
@@ -219,7 +231,7 @@ class OptunaSearch(SpaceSearcher):
         with quiet_optuna():
             study = optuna.create_study(
                 storage=storage,
-                study_name="tunefleet",
+                study_name=self._study_name,
                 directions=[d.lower() for d in self._directions()],  # type: ignore[misc]
                 sampler=self._sampler(),
             )
@@ -291,30 +303,34 @@ class OptunaSearch(SpaceSearcher):
 
     def add_evaluated_point(
         self,
-        evaluated_params: dict[str, Any],
-        objective_value: float | list[float],
+        parameters: dict[str, Any],
+        value: float | list[float] | None,
         error: bool = False,
+        pruned: bool = False,
+        intermediate_values: list[float] | None = None,
         *,
-        where: str = "evaluated_params",
+        where: str = "parameters",
     ) -> None:
-        """Tell the study about a config that was evaluated elsewhere (Ray's name).
+        """Tell the study about a config evaluated elsewhere (Ray's names): `value` its
+        objective value(s); `error` it failed; `pruned` it was stopped early (its
+        `intermediate_values`, one per step, are the study's record of it).
 
         With `TuneConfig(constraints=...)`, the point counts as feasible.
         """
         import optuna
 
-        params, dists = point_params(
-            self._space, self._fixed, evaluated_params, where, complete=True
-        )
-        values = objective_value if isinstance(objective_value, list) else [objective_value]
+        study = self._require_study()  # a searcher with its own space sets itself up
+        params, dists = point_params(self._space, self._fixed, parameters, where, complete=True)
+        values = value if isinstance(value, list) else [value]
         valid = len(values) == len(self._objectives) and all(
             isinstance(v, numbers.Real) and math.isfinite(v) for v in values
         )
-        if not valid and not error:
+        if not valid and not (error or pruned):
             raise ValueError(
-                f"OptunaSearch: the value {objective_value!r} of {where} must be "
+                f"OptunaSearch: the value {value!r} of {where} must be "
                 f"{len(self._objectives)} finite number(s), one per objective"
             )
+        steps = _intermediate(intermediate_values, where)
         # added running, then told: the sampler records it as for any trial (constraints too)
         states = optuna.trial.TrialState
         feasible = [0.0] * len(self._constraints)
@@ -323,12 +339,17 @@ class OptunaSearch(SpaceSearcher):
             params=params,
             distributions=dists,
             user_attrs={_CONSTRAINTS_ATTR: feasible} if feasible else None,
+            intermediate_values=steps,
         )
-        study = self._require_study()
         with quiet_optuna():
             study.add_trial(trial)
-            if not error:
-                study.tell(study.get_trials(deepcopy=False)[-1].number, [float(v) for v in values])
+            if error:
+                return
+            number = study.get_trials(deepcopy=False)[-1].number
+            if pruned:
+                study.tell(number, state=states.PRUNED)
+            else:
+                study.tell(number, [float(v or 0.0) for v in values])  # checked finite
 
     # ------------------------------------------------------------ events
 
@@ -470,3 +491,16 @@ def _objectives(metric: MetricSpec, mode: ModeSpec) -> list[tuple[str, str]]:
         if m not in ("min", "max"):
             raise ValueError(f"OptunaSearch: mode={m!r} is not valid: it must be 'min' or 'max'")
     return objectives(metric, mode)
+
+
+def _intermediate(values: list[float] | None, where: str) -> dict[int, float]:
+    """Optuna's step -> value table of a point's intermediate values."""
+    if values is None:
+        return {}
+    if not isinstance(values, (list, tuple)) or not all(
+        isinstance(v, numbers.Real) and not isinstance(v, bool) for v in values
+    ):
+        raise TypeError(
+            f"OptunaSearch: intermediate_values={values!r} of {where} must be a list of numbers"
+        )
+    return {step: float(v) for step, v in enumerate(values)}
