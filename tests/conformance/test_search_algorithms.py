@@ -592,3 +592,52 @@ def test_add_evaluated_trials_takes_an_experiment_analysis(optuna_run, storage):
 def test_a_searcher_without_evaluated_points_raises_not_implemented():
     with pytest.raises(NotImplementedError):
         BasicVariantGenerator().add_evaluated_point({"x": 0.5}, 1.0)
+
+
+# ------------------------------- ConcurrencyLimiter / Repeater state (Ray's attributes)
+
+
+class CountingSearcher(Searcher):
+    """Ray's test_searcher_utils form: each suggestion's score counts up."""
+
+    def __init__(self):
+        super().__init__(metric="result", mode="max")
+        self.index = 0
+        self.returned_result = []
+
+    def suggest(self, trial_id):
+        self.index += 1
+        return {"score": self.index}
+
+    def on_trial_complete(self, trial_id, result=None, **kwargs):
+        self.returned_result.append(result)
+
+
+def test_limiter_state_brings_back_its_limit_and_live_trials():
+    searcher = CountingSearcher()
+    limiter = ConcurrencyLimiter(searcher, max_concurrent=2)
+    assert limiter.suggest("t1")["score"] == 1 and limiter.suggest("t2")["score"] == 2
+    state = limiter.get_state()
+    limiter2 = ConcurrencyLimiter(searcher, max_concurrent=3)
+    limiter2.set_state(state)
+    assert limiter2.max_concurrent == 2
+    assert limiter2.suggest("t4") is None and limiter2.suggest("t5") is None
+    limiter2.on_trial_complete("t1", {"result": 3})
+    limiter2.on_trial_complete("t2", {"result": 3})
+    assert limiter2.suggest("t3")["score"] == 3
+
+
+def test_repeater_state_brings_back_its_repeat_and_open_group():
+    searcher = CountingSearcher()
+    repeater = Repeater(searcher, repeat=3, set_index=False)
+    assert [repeater.suggest(f"test_{i}")["score"] for i in range(3)] == [1, 1, 1]
+    assert [repeater.suggest(f"test_2_{i}")["score"] for i in range(2)] == [2, 2]
+    state = repeater.get_state()
+    repeater2 = Repeater(searcher, repeat=1, set_index=True)
+    repeater2.set_state(state)
+    assert repeater2.repeat == 3
+    assert repeater2.suggest("test_2_2")["score"] == 2  # finishes the open group
+    assert repeater2.suggest("test_x")["score"] == 3
+    for i in range(3):
+        repeater2.on_trial_complete(f"test_{i}", {"result": -i * 10})
+    assert searcher.returned_result[-1] == {"result": -10}

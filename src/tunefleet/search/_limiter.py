@@ -123,6 +123,8 @@ class ConcurrencyLimiter(Searcher):
         """The live trials, the ends held back for the batch, the searcher's state."""
         return {
             "version": _STATE_VERSION,
+            "max_concurrent": self.max_concurrent,
+            "batch": self.batch,
             "live": list(self._live),
             "ended": [[tid, res, err] for tid, (res, err) in self._ended.items()],
             "searcher": self.searcher.get_state(),
@@ -131,6 +133,10 @@ class ConcurrencyLimiter(Searcher):
     def set_state(self, state: dict[str, Any]) -> None:
         """Restore what `get_state` returned (the wrapped searcher's state included)."""
         check_state_version("ConcurrencyLimiter", state, _STATE_VERSION)
+        # the saved limit and batch mode come back, as in Ray (its state is its attributes)
+        self.max_concurrent = int(state.get("max_concurrent", self.max_concurrent))
+        self.batch = bool(state.get("batch", self.batch))
+        self._limit = not self.searcher.set_max_concurrency(self.max_concurrent)
         self._live = [str(t) for t in state["live"]]
         self._ended = {str(tid): (res, bool(err)) for tid, res, err in state["ended"]}
         self.searcher.set_state(state["searcher"])

@@ -165,6 +165,8 @@ class Repeater(Searcher):
                 for p, g in self._groups.items()
             ],
             "current": self._current,
+            "repeat": self.repeat,
+            "set_index": self.set_index,
             "searcher": self.searcher.get_state(),
         }
 
@@ -179,4 +181,7 @@ class Repeater(Searcher):
                 if outcome is None:
                     self._group_of[tid] = group["primary"]
         self._current = state["current"]
+        # the saved repeat count comes back, as in Ray (its state is its attributes)
+        self.repeat = int(state.get("repeat", self.repeat))
+        self.set_index = bool(state.get("set_index", self.set_index))
         self.searcher.set_state(state["searcher"])
