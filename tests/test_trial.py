@@ -64,3 +64,13 @@ def test_an_old_record_gets_its_trainable_name_from_its_name() -> None:
     assert Trial.from_json(data).trainable_name == "train"
     data["name"] = "custom"
     assert Trial.from_json(data).trainable_name == ""
+
+
+def test_last_result_is_empty_until_the_first_report() -> None:
+    trial = Trial("t1", 0, "t1", {"x": 1}, {"cpu": 1.0}, "/tmp/t1")
+    assert trial.last_result == {} and trial.iteration == 0  # Ray: {} too
+    assert Trial("t2", 1, "t2", {}, {}, "/tmp/t2").last_result is not trial.last_result
+    back = Trial.from_json(json.loads(json.dumps(trial.to_json())))
+    assert back.last_result == {}
+    older = {**trial.to_json(), "last_result": None}  # a record written before this change
+    assert Trial.from_json(older).last_result == {}

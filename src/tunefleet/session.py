@@ -358,6 +358,8 @@ def report(
             "tune.report(checkpoint=...) takes a tune.Checkpoint "
             f"(tune.Checkpoint.from_directory(path)), not {type(checkpoint).__name__}"
         )
+    if checkpoint is not None:  # in the result, as Ray's function trainables have it
+        metrics = {**metrics, keys.SHOULD_CHECKPOINT: True}
     session.report(metrics, checkpoint)
 
 

@@ -191,7 +191,7 @@ class Trial:
     attempt: int = 0
     epoch: int = 0
     num_results: int = 0
-    last_result: dict[str, Any] | None = None
+    last_result: dict[str, Any] = field(default_factory=dict)  # {} until it reports (Ray)
     latest_checkpoint: str | None = None
     checkpoint_iteration: int = 0  # training_iteration at latest_checkpoint
     checkpoint_time_total: float = 0.0  # time_total_s at latest_checkpoint
@@ -204,8 +204,6 @@ class Trial:
 
     @property
     def iteration(self) -> int:
-        if self.last_result is None:
-            return 0
         return int(self.last_result.get("training_iteration", 0))
 
     # -- Ray Tune's view of a trial (read-only) ------------------------------------------------
@@ -294,6 +292,7 @@ class Trial:
                 "trainable_name": name[: -len(suffix)] if name.endswith(suffix) else "",
                 **data,
                 "status": TrialStatus(data["status"]),
+                "last_result": data.get("last_result") or {},  # older records: None
                 "error": FailureRecord.from_json(error) if error else None,
                 "stop_reason": StopCause.of(data.get("stop_reason")),
             }

@@ -13,7 +13,7 @@ import tempfile
 import pytest
 from ray import train, tune
 from ray.train import Checkpoint, CheckpointConfig, RunConfig
-from ray.tune import ExperimentAnalysis, PlacementGroupFactory, ResultGrid
+from ray.tune import Callback, ExperimentAnalysis, PlacementGroupFactory, ResultGrid
 from ray.tune.experiment import Trial
 
 GOOD = (0.01, 0.1)  # three reports each, a checkpoint with each
@@ -447,3 +447,49 @@ def test_one_trial_is_the_best_whatever_it_reported(storage):
     assert analysis.get_best_trial(metric="f1", mode="max") is analysis.trials[0]
     grid = ResultGrid(analysis)
     assert grid.get_best_result(metric="f1", mode="max").metrics["score"] == 6
+
+
+# -- what callbacks see: last_result before a report, should_checkpoint -------------------------
+class Recorder(Callback):
+    def __init__(self):
+        self.at_start = []
+        self.results = []
+
+    def on_trial_start(self, iteration, trials, trial, **info):
+        self.at_start.append(trial.last_result)
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        self.results.append(dict(result))
+
+
+def two_reports(config):
+    train.report({"score": 1})
+    with tempfile.TemporaryDirectory() as tmp:
+        train.report({"score": 2}, checkpoint=Checkpoint.from_directory(tmp))
+
+
+@pytest.fixture(scope="module")
+def recorded(storage):
+    recorder = Recorder()
+    grid = tune.Tuner(
+        two_reports,
+        run_config=RunConfig(
+            name="recorded", storage_path=storage, callbacks=[recorder], verbose=0
+        ),
+    ).fit()
+    return recorder, grid[0]
+
+
+def test_last_result_is_empty_before_the_first_report(recorded):
+    recorder, _ = recorded
+    assert recorder.at_start == [{}]
+
+
+def test_a_result_with_a_checkpoint_says_should_checkpoint(recorded):
+    recorder, result = recorded
+    first, second = recorder.results
+    assert "should_checkpoint" not in first
+    assert second["should_checkpoint"] is True
+    assert result.metrics["should_checkpoint"] is True
+    ((_, saved),) = result.best_checkpoints
+    assert saved["should_checkpoint"] is True

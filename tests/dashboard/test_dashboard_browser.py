@@ -166,7 +166,7 @@ def test_pages_render_and_match_the_store(
     checked = [b for b in css(driver, "#trials-table tbody input") if b.is_selected()]
     assert len(css(driver, "#curves-plot path.series")) == len(checked) > 0
     assert len(css(driver, "#parcoords-plot path.pc-line")) == sum(
-        t.last_result is not None for t in trials
+        bool(t.last_result) for t in trials
     )
     entries = sum(len(rung) for rung in state["rungs"][0])
     assert len(css(driver, "#scheduler-body circle.rung-dot")) == entries

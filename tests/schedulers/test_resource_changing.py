@@ -38,7 +38,7 @@ def trial(i: int, loss: float | None = None, **resources: float) -> Trial:
         path="",
         status=TrialStatus.RUNNING,
     )
-    t.last_result = None if loss is None else {"loss": loss}
+    t.last_result = {} if loss is None else {"loss": loss}
     return t
 
 

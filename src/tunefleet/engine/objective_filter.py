@@ -115,7 +115,7 @@ class ObjectiveFilter:
 
     def clean(self, result: dict[str, Any] | None) -> dict[str, Any] | None:
         """The result for a searcher: None unless every objective is present and finite."""
-        if result is None:
+        if not result:  # none yet ({}): the searcher hears None, as before any report
             return None
         for metric, _ in self.objectives:
             value = metric_value(result, metric)

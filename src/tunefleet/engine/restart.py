@@ -83,7 +83,7 @@ def restart_point(
     trial.checkpoint_time_total = float((result or {}).get("time_total_s", 0.0))
     if trial.iteration > iteration:
         trial.num_results = store.rewind_results(trial.trial_id, iteration)
-        trial.last_result = result
+        trial.last_result = result or {}
         store.add_event(
             trial.trial_id, "rewound", {"to_iteration": iteration, "checkpoint": chosen}
         )

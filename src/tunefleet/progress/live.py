@@ -182,7 +182,7 @@ class StatusReporter:
 
     def _trial_lines(self, trials: Iterable[Trial]) -> None:
         for trial in trials:
-            if self.verbose >= 3 and trial.last_result is not None:
+            if self.verbose >= 3 and trial.last_result:
                 seen = self._results_seen.get(trial.trial_id, 0)
                 if trial.num_results > seen:
                     self._results_seen[trial.trial_id] = trial.num_results
@@ -241,7 +241,7 @@ class StatusReporter:
         if stop_reason:
             lines.append(f"Stopped early: {stop_reason}")
         best = self.best(trials)
-        if best is not None and best.last_result is not None and self.metric:
+        if best is not None and best.last_result and self.metric:
             lines.append(
                 f"Best trial {best.trial_id}: "
                 f"{self.metric}={_num(metric_value(best.last_result, self.metric))}"

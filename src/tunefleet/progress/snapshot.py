@@ -49,7 +49,7 @@ class _Snapshot:
 
     def values(self, trial: Trial, metric: str, *, all_of_them: bool) -> list[float]:
         """The numeric values of `metric` the trial reported (only the last if enough)."""
-        if not all_of_them and trial.last_result is not None:
+        if not all_of_them and trial.last_result:
             last = metric_value(trial.last_result, metric)
             if last is not None:
                 return [last]

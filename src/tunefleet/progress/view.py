@@ -132,7 +132,7 @@ class Snapshot:
             else _metric_columns(running or ([best] if best else []), metric)
         )
         params = opts.parameter_columns
-        if best is not None and best.last_result is not None and metric:
+        if best is not None and best.last_result and metric:
             snap.best = _row(best, snap.metric_columns, params, snap.non_finite)
             snap.best_value = _num(metric_value(best.last_result, metric))
         order = _by_metric(metric, mode) if opts.sort_by_metric and metric else _by_index
