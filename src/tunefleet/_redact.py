@@ -271,28 +271,45 @@ def redact(obj: Any) -> Any:
     return out
 
 
+def redact_state(obj: Any) -> Any:
+    """A copy of an algorithm's saved state (a searcher's, scheduler's, stopper's,
+    callback's) with every secret hidden, that still reads back exactly.
+
+    Unlike `redact`, the names of the keys are not looked at: a state's keys are the
+    algorithm's own (Ax's ``generator_key: "Sobol"``), and hiding their values would
+    change what a resumed run does. Hidden are: a `Secret`, a string that is a secret
+    already known to this process (a config value under a secret-looking key, hidden
+    when the trial or the search space was recorded), and the text patterns of rule 3.
+
+    Example:
+        >>> redact_state({"generator_key": "Sobol", "lr": 0.1})
+        {'generator_key': 'Sobol', 'lr': 0.1}
+    """
+    return _walk(obj, 0, by_key=False)
+
+
 _SCALARS = frozenset({type(None), bool, int, float})
 
 
-def _walk(obj: Any, depth: int) -> Any:
+def _walk(obj: Any, depth: int, *, by_key: bool = True) -> Any:
     kind = type(obj)
     if kind in _SCALARS:
         return obj
     if kind is str:
-        return _patterns(obj)
+        return _string(obj, by_key)
     if isinstance(obj, Secret):
         _collect(obj.get_secret_value(), 0)
         return REDACTED
     if depth > 64:
         return obj
     if isinstance(obj, dict):
-        return _walk_dict(obj, depth)
+        return _walk_dict(obj, depth, by_key)
     if isinstance(obj, (list, tuple)):
         items: list[Any] | None = None  # copied at the first change only
         for i, value in enumerate(obj):
             if type(value) in _SCALARS:
                 continue
-            new = _walk(value, depth + 1)
+            new = _walk(value, depth + 1, by_key=by_key)
             if new is not value:
                 if items is None:
                     items = list(obj)
@@ -301,21 +318,27 @@ def _walk(obj: Any, depth: int) -> Any:
             return obj
         return items if isinstance(obj, list) else tuple(items)
     if isinstance(obj, str):  # a str subclass
-        return _patterns(str(obj))
+        return _string(str(obj), by_key)
     return obj
 
 
-def _walk_dict(obj: dict[Any, Any], depth: int) -> dict[Any, Any]:
+def _string(text: str, by_key: bool) -> str:
+    if not by_key and text in _KNOWN.values:  # a state holding a known secret itself
+        return REDACTED
+    return _patterns(text)
+
+
+def _walk_dict(obj: dict[Any, Any], depth: int, by_key: bool) -> dict[Any, Any]:
     out: dict[Any, Any] | None = None  # copied at the first change only
     for key, value in obj.items():
         if type(value) in _SCALARS:  # numbers are never secrets: the common case, kept fast
             continue
-        if isinstance(key, str) and is_secret_key(key):
+        if by_key and isinstance(key, str) and is_secret_key(key):
             new = _hide(value, depth + 1)
         elif key in FREE_TEXT_KEYS and isinstance(value, str):
             new = redact_text(value)
         else:
-            new = _walk(value, depth + 1)
+            new = _walk(value, depth + 1, by_key=by_key)
         if new is not value:
             if out is None:
                 out = dict(obj)

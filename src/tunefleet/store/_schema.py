@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from tunefleet._metrics import json_data
-from tunefleet._redact import redact
+from tunefleet._redact import redact, redact_state
 
 DB_FILENAME = "experiment.db"
 TRIALS_DIRNAME = "trials"
@@ -85,7 +85,7 @@ def _safe_str(obj: Any) -> str:
         return f"<unprintable {type(obj).__name__}>"
 
 
-def encode(obj: Any) -> str:
+def encode(obj: Any, *, state: bool = False) -> str:
     """JSON text of `obj`; never raises.
 
     NaN and infinities are written as ``NaN`` / ``Infinity`` (what `json.loads`
@@ -94,9 +94,11 @@ def encode(obj: Any) -> str:
     strings become strings.
 
     Secrets are hidden first (`tunefleet._redact.redact`: secret-looking keys,
-    `tune.Secret`, URL passwords), so nothing written to the store holds one.
+    `tune.Secret`, URL passwords), so nothing written to the store holds one. An
+    algorithm's saved state (`state=True`) goes through `redact_state` instead, which
+    does not judge its keys by their names, so that it reads back exactly.
     """
-    obj = _redacted(obj)
+    obj = _redacted(obj, state)
     try:
         return json.dumps(obj, default=_default, separators=(",", ":"))
     except (TypeError, ValueError, RecursionError):
@@ -107,9 +109,9 @@ def encode(obj: Any) -> str:
         return json.dumps(_safe_str(obj))
 
 
-def _redacted(obj: Any) -> Any:
+def _redacted(obj: Any, state: bool) -> Any:
     try:
-        return redact(obj)
+        return redact_state(obj) if state else redact(obj)
     except Exception:  # encode never raises: something odd is made plain JSON first
         return _default(obj)
 

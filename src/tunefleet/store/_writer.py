@@ -144,7 +144,7 @@ class ExperimentStore:
 
         Saved every step; a state equal to what is already on disk costs no write.
         """
-        encoded = encode(state)
+        encoded = encode(state, state=True)  # read back exactly: see redact_state
         if self._written_state.get(key) != encoded:
             self._state[key] = (encoded, time.time())
 
