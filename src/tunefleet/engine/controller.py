@@ -18,13 +18,7 @@ from tunefleet.callbacks import Callback
 from tunefleet.engine import controller_util as util
 from tunefleet.engine.commit import Commits, save_states
 from tunefleet.engine.controller_util import CtrlC, ask_searcher, total_trials, wants_checkpoint
-from tunefleet.engine.decisions import (
-    PausePlans,
-    Retries,
-    can_exploit,
-    experiment_stop,
-    stop_or_end,
-)
+from tunefleet.engine.decisions import PausePlans, Retries, can_exploit, ended_by, experiment_stop
 from tunefleet.engine.experiment_spec import ExperimentSpec
 from tunefleet.engine.launch import new_trial, trial_launch
 from tunefleet.engine.objective_filter import NanObjective, ObjectiveFilter
@@ -102,7 +96,9 @@ class Controller:
         # What searchers and schedulers see of each result (one objective or several).
         self._filter = ObjectiveFilter(spec.metric, spec.mode, nan_policy=spec.nan_policy)
         self._commits = Commits(store, keeper)
-        self._plans = PausePlans(type(scheduler).__name__, self.trials, backend.unfit_reason)
+        name = type(scheduler).__name__
+        self._plans = PausePlans(name, self.trials, backend.unfit_reason, keeper.is_kept)
+        self._endings = util.Endings(searcher, scheduler, self._filter.clean)  # once per trial
         self._restore_from: dict[str, str] = {}  # exploited trials: resume from this copy
         self._held_back: Trial | None = None  # chosen, waits until its resources are free
         self._retries = Retries(spec.max_failures, spec.node_loss_counts, spec.retry_base)
@@ -252,8 +248,7 @@ class Controller:
         trial.stop_reason = reason
         trial.ended_at = time.time()
         self._set_status(trial, TrialStatus.TERMINATED)
-        self.scheduler.on_trial_remove(trial)
-        self.searcher.on_trial_complete(trial.trial_id, self._filter.clean(trial.last_result))
+        self._endings.removed(trial)
         for cb in self.callbacks:
             cb.on_trial_complete(self.iteration, self.trial_list, trial)
 
@@ -340,18 +335,19 @@ class Controller:
         self.store.add_result(trial.trial_id, result)
         if checkpoint:
             self._on_checkpoint(trial, checkpoint, result)
-        decision = Decision.CONTINUE
         seen = self._filter.for_algorithms(trial.trial_id, result)
         if isinstance(seen, NanObjective):
             self._fail_on_nan(trial, result, seen)
             return
-        if seen is not None:  # the scheduler first, as in Ray (HyperBandForBOHB annotates)
-            decision = self._scheduler_decision(trial, seen)
-            self.searcher.on_trial_result(trial.trial_id, seen)
-        decision, cause = stop_or_end(decision, trial.trial_id, result, self.stopper)
-        if cause is not None:  # a planned exploit or resize would restart a finished trial
-            self._plans.take(trial.trial_id)
+        # The stopper first, as in Ray: a result that ends the trial is not the scheduler's.
+        cause = ended_by(trial.trial_id, result, self.stopper)
+        decision = Decision.CONTINUE if cause is None else Decision.STOP
+        if cause is not None:
             trial.stop_reason = cause
+        elif seen is not None:  # the scheduler, then the searcher (HyperBandForBOHB annotates)
+            decision = self._plans.ask(self.scheduler, trial, seen)
+            if decision is not Decision.STOP:  # else on_trial_complete gets it, as in Ray
+                self.searcher.on_trial_result(trial.trial_id, seen)
         for cb in self.callbacks:
             cb.on_trial_result(self.iteration, self.trial_list, trial, result)
         if checkpoint is None and wants_checkpoint(result, seen):  # before the decision
@@ -360,22 +356,18 @@ class Controller:
             self.stopping.add(trial.trial_id)
             if decision is Decision.PAUSE:
                 trial.stop_reason = StopCause.PAUSED_BY_SCHEDULER
+            else:  # ended now: from here no scheduler ranks it or exploits from it
+                self._endings.completed(trial)
         if self.scheduler.needs_sync_decisions:
             self.backend.send_decision(trial.trial_id, trial.epoch, decision.value)
         elif decision is not Decision.CONTINUE:
             self.backend.stop_trial(trial.trial_id, trial.epoch)
         self.store.update_trial(trial)
 
-    def _scheduler_decision(self, trial: Trial, result: dict[str, Any]) -> Decision:
-        """The scheduler's decision; an `Exploit` or `Resize` is a PAUSE, carried out on pause."""
-        decision = self._plans.decide(trial, self.scheduler.on_trial_result(trial, result))
-        if decision is not Decision.CONTINUE:
-            trial.stop_reason = StopCause.SCHEDULER.with_detail(type(self.scheduler).__name__)
-        return decision
-
-    def _exploit(self, trial: Trial, exploit: Exploit) -> None:
-        """Give the paused trial a copy of the source's checkpoint and the new config."""
-        source = self.trials[exploit.source_trial_id]
+    def _exploit(self, trial: Trial, exploit: Exploit, source: Trial | None = None) -> None:
+        """Give the paused trial a copy of the source's checkpoint and the new config;
+        `source`: the source as it was when the scheduler decided (else as it is now)."""
+        source = source or self.trials[exploit.source_trial_id]
         home = self._checkpoint_home(trial)
         copied, dropped = copy_for_exploit(trial, source, exploit, home, self.store, self.keeper)
         self._commits.delete_later(dropped)
@@ -409,9 +401,9 @@ class Controller:
         self.stopping.discard(trial.trial_id)
         paused = event.how is FinishHow.PAUSED
         if paused or trial.stop_reason in _RESUMABLE:
-            exploit, resources = self._plans.take(trial.trial_id)
+            exploit, donor, resources = self._plans.take(trial.trial_id)
             if exploit is not None and paused:
-                self._exploit(trial, exploit)
+                self._exploit(trial, exploit, donor)
             if resources is not None and paused:
                 self.store.add_event(
                     trial.trial_id, "resized", {"old": trial.resources, "new": resources}
@@ -434,12 +426,15 @@ class Controller:
         trial.ended_at = time.time()
         trial.error = None  # an earlier attempt's failure stays in the events
         self._set_status(trial, TrialStatus.TERMINATED)
-        self.searcher.on_trial_complete(trial.trial_id, self._filter.clean(trial.last_result))
-        self.scheduler.on_trial_complete(trial, trial.last_result)
+        self._endings.completed(trial)  # unless it heard already, at the result that ended it
         for cb in self.callbacks:
             cb.on_trial_complete(self.iteration, self.trial_list, trial)
 
     def _on_failed(self, trial: Trial, failure: FailureRecord) -> None:
+        if self._endings.told(trial.trial_id):  # failed on its way out: it had ended already
+            self.store.add_event(trial.trial_id, "failed", failure.to_json())
+            self._on_finished(trial, Finished(trial.trial_id, trial.epoch, FinishHow.STOPPED))
+            return
         self.running.pop(trial.trial_id)
         self.stopping.discard(trial.trial_id)
         if failure.iteration is None:
@@ -465,10 +460,7 @@ class Controller:
         trial.error = failure
         trial.ended_at = time.time()
         self._set_status(trial, TrialStatus.ERROR)
-        self.searcher.on_trial_complete(
-            trial.trial_id, self._filter.clean(trial.last_result), error=True
-        )
-        self.scheduler.on_trial_error(trial)
+        self._endings.failed(trial)
         for cb in self.callbacks:
             cb.on_trial_error(self.iteration, self.trial_list, trial)
         if self.spec.fail_fast:
@@ -491,9 +483,10 @@ class Controller:
     def _wind_down(self, reason: StopCause) -> None:
         """Stop what runs and record what comes back, within the backend's grace periods."""
         self._begin_stop(reason)
-        if reason in _RESUMABLE:  # also those already stopping for another reason
+        if reason in _RESUMABLE:  # also those stopping for another reason, unless ended
             for trial in self.running.values():
-                trial.stop_reason = reason
+                if not self._endings.told(trial.trial_id):
+                    trial.stop_reason = reason
         deadline = time.monotonic() + 15.0
         presses = self._ctrl_c.presses
         try:

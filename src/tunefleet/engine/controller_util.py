@@ -1,5 +1,5 @@
 """Small helpers of the controller: Ctrl-C handling between steps, slow-hook warnings,
-asking the searcher."""
+asking the searcher, telling the algorithms once that a trial ended."""
 
 from __future__ import annotations
 
@@ -7,10 +7,12 @@ import logging
 import signal
 import threading
 import time
+from collections.abc import Callable
 from typing import Any, Literal
 
 from tunefleet._redact import redact, redact_text
 from tunefleet.result import SHOULD_CHECKPOINT
+from tunefleet.schedulers._base import TrialScheduler
 from tunefleet.search._base import FINISHED, Searcher
 from tunefleet.trial import Trial
 
@@ -97,3 +99,55 @@ def safe_tag(trial: Trial, cache: dict[str, str]) -> str:
         redact(trial.config)  # learns the config's secrets, for redact_text
         tag = cache[trial.trial_id] = redact_text(trial.experiment_tag)
     return tag
+
+
+class Endings:
+    """The searcher and scheduler hear that a trial ended once, from the moment it ends.
+
+    As in Ray Tune, that moment is the result at which the stopper, ``done`` or the
+    scheduler's STOP ends a running trial (not the later event that its process has
+    gone), a waiting trial's end, or its failure. From then on no scheduler ranks it,
+    exploits from it or changes its config; a later event tells them nothing more.
+    """
+
+    def __init__(
+        self,
+        searcher: Searcher,
+        scheduler: TrialScheduler,
+        clean: Callable[[dict[str, Any] | None], dict[str, Any] | None],
+    ) -> None:
+        self._searcher = searcher
+        self._scheduler = scheduler
+        self._clean = clean  # the result as a searcher may see it (ObjectiveFilter.clean)
+        self._told: set[str] = set()
+
+    def told(self, trial_id: str) -> bool:
+        """Whether the algorithms already know that the trial ended."""
+        return trial_id in self._told
+
+    def _first(self, trial_id: str) -> bool:
+        if trial_id in self._told:
+            return False
+        self._told.add(trial_id)
+        return True
+
+    def completed(self, trial: Trial) -> None:
+        """A running trial ended: both get its last result, marked ``done``."""
+        if self._first(trial.trial_id):
+            last = trial.last_result
+            final = {**last, "done": True} if last else last
+            self._searcher.on_trial_complete(trial.trial_id, self._clean(final))
+            self._scheduler.on_trial_complete(trial, final)
+
+    def removed(self, trial: Trial) -> None:
+        """A trial that was not running (pending or paused) ended."""
+        if self._first(trial.trial_id):
+            self._scheduler.on_trial_remove(trial)
+            self._searcher.on_trial_complete(trial.trial_id, self._clean(trial.last_result))
+
+    def failed(self, trial: Trial) -> None:
+        """A trial failed for good (no retry)."""
+        if self._first(trial.trial_id):
+            result = self._clean(trial.last_result)
+            self._searcher.on_trial_complete(trial.trial_id, result, error=True)
+            self._scheduler.on_trial_error(trial)

@@ -1,21 +1,24 @@
 """What the controller decides from what it is told, before it acts.
 
-A scheduler's `Exploit` or `Resize` is checked first: one that can never be carried
-out is refused with a warning and the trial continues unchanged (the scheduler is
-not asked again); an accepted one is a pause, carried out once the trial has paused
-(`PausePlans`). Then: whether the stopper or the trainable ends the trial
-(`stop_or_end`), whether a failed trial runs again (`Retries`), and whether the
-experiment ends (`experiment_stop`).
+First, as in Ray Tune, whether the stopper or the trainable ends the trial at a
+result (`ended_by`): then the scheduler does not see that result. Otherwise a
+scheduler's `Exploit` or `Resize` is checked: one that can never be carried out is
+refused with a warning and the trial continues unchanged (the scheduler is not asked
+again); an accepted one is a pause, carried out once the trial has paused
+(`PausePlans`), from the source's checkpoint as it was when the scheduler decided.
+Then: whether a failed trial runs again (`Retries`), and whether the experiment ends
+(`experiment_stop`).
 """
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from tunefleet.resources import normalize_resources
-from tunefleet.schedulers._base import Decision, Exploit, Resize
+from tunefleet.schedulers._base import Decision, Exploit, Resize, TrialScheduler
 from tunefleet.stoppers import Stopper
 from tunefleet.trial import FailureKind, FailureRecord, StopCause, Trial
 
@@ -70,18 +73,27 @@ def checked_resize(
 
 
 class PausePlans:
-    """Exploits and resizes a scheduler decided, kept until their trial has paused."""
+    """Exploits and resizes a scheduler decided, kept until their trial has paused.
+
+    An exploit keeps a copy of its source trial as it was at the decision: the source
+    runs on (and may end) while the trial pauses, and the trial must restart from the
+    checkpoint the scheduler chose, not from a later one (e.g. the source's last,
+    past which nothing may run). `is_kept` (retention's) says whether that checkpoint
+    still exists when the trial has paused.
+    """
 
     def __init__(
         self,
         scheduler_name: str,
         trials: Mapping[str, Trial],
         unfit_reason: Callable[[dict[str, float]], str | None],
+        is_kept: Callable[[str], bool],
     ) -> None:
         self._name = scheduler_name
         self._trials = trials
         self._unfit_reason = unfit_reason
-        self._exploits: dict[str, Exploit] = {}
+        self._is_kept = is_kept
+        self._exploits: dict[str, tuple[Exploit, Trial]] = {}
         self._resizes: dict[str, dict[str, float]] = {}
 
     def decide(self, trial: Trial, decision: Decision | Exploit | Resize) -> Decision:
@@ -90,7 +102,8 @@ class PausePlans:
         if isinstance(decision, Exploit):
             if not can_exploit(trial, decision, self._trials, self._name):
                 return Decision.CONTINUE
-            self._exploits[trial.trial_id] = decision
+            donor = copy.copy(self._trials[decision.source_trial_id])  # as it is now
+            self._exploits[trial.trial_id] = (decision, donor)
             return Decision.PAUSE
         if isinstance(decision, Resize):
             resources = checked_resize(trial.trial_id, decision, self._name, self._unfit_reason)
@@ -100,22 +113,46 @@ class PausePlans:
             return Decision.PAUSE
         return decision
 
-    def take(self, trial_id: str) -> tuple[Exploit | None, dict[str, float] | None]:
-        """The trial's planned exploit and new resources, forgotten here."""
-        return self._exploits.pop(trial_id, None), self._resizes.pop(trial_id, None)
+    def ask(self, scheduler: TrialScheduler, trial: Trial, result: dict[str, Any]) -> Decision:
+        """The scheduler's decision on a result (an `Exploit` or `Resize` is a PAUSE,
+        carried out on pause); the trial's stop reason names the scheduler unless it
+        continues."""
+        decision = self.decide(trial, scheduler.on_trial_result(trial, result))
+        if decision is not Decision.CONTINUE:
+            trial.stop_reason = StopCause.SCHEDULER.with_detail(self._name)
+        return decision
+
+    def take(self, trial_id: str) -> tuple[Exploit | None, Trial | None, dict[str, float] | None]:
+        """The trial's planned exploit with its source as it was at the decision, and
+        its new resources, forgotten here. The exploit is dropped (with a warning) when
+        retention has deleted the source's checkpoint since."""
+        exploit, donor = self._exploits.pop(trial_id, (None, None))
+        resources = self._resizes.pop(trial_id, None)
+        path = donor.latest_checkpoint if donor is not None else None
+        if exploit is not None and (path is None or not self._is_kept(path)):
+            logger.warning(
+                "Trial %s: the checkpoint %s of trial %s that %s chose to exploit was "
+                "deleted by retention (CheckpointConfig.num_to_keep) before the trial "
+                "paused; it continues unchanged",
+                trial_id,
+                path,
+                exploit.source_trial_id,
+                self._name,
+            )
+            return None, None, resources
+        return exploit, donor, resources
 
 
-def stop_or_end(
-    decision: Decision, trial_id: str, result: dict[str, Any], stopper: Stopper | None
-) -> tuple[Decision, StopCause | None]:
-    """The decision after the scheduler's: the stopper's (asked only if the trial would
-    continue), then the trainable's last result (``done``) ends it, whatever the
-    scheduler wanted. The cause is given when either changed it."""
-    if decision is Decision.CONTINUE and stopper is not None and stopper(trial_id, result):
-        return Decision.STOP, StopCause.STOP_CRITERIA
-    if result.get("done") and decision is not Decision.STOP:
-        return Decision.STOP, StopCause.DONE
-    return decision, None
+def ended_by(trial_id: str, result: dict[str, Any], stopper: Stopper | None) -> StopCause | None:
+    """Why the trial ends at this result, asked before the scheduler (as in Ray Tune):
+    the stopper (the ``stop`` dict, a `Stopper` or a function), or the trainable's
+    ``done``; None when it runs on. A result that ends its trial is not the scheduler's
+    to rank or act on."""
+    if stopper is not None and stopper(trial_id, result):
+        return StopCause.STOP_CRITERIA
+    if result.get("done"):
+        return StopCause.DONE
+    return None
 
 
 class Retries:
