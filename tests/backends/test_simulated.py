@@ -139,6 +139,17 @@ class SlowSearcher(Searcher):
         super().__init__()
         self.count = 0
 
+    def set_search_properties(
+        self,
+        metric: str | list[str] | None,
+        mode: str | list[str] | None,
+        config: dict[str, Any],
+        **spec: Any,
+    ) -> bool:
+        # It takes the space (its own suggestions cover it): as in Ray, a searcher that
+        # answers False while param_space has domains is refused.
+        return True
+
     def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
         time.sleep(0.05)
         self.count += 1
