@@ -17,6 +17,7 @@ from tunefleet._metrics import MetricSpec, ModeSpec
 from tunefleet.search._base import FINISHED, Searcher
 from tunefleet.search._shared import check_points, check_state_version, point_spaces
 from tunefleet.space import grid_point, grid_size, resolve, validate_space
+from tunefleet.space._sampling import as_rng
 
 _STATE_VERSION = 2
 
@@ -34,7 +35,10 @@ class BasicVariantGenerator(Searcher):
         max_concurrent: at most this many unfinished trials; 0 means no limit.
         constant_grid_search: keep the random values of a sample the same across
             all grid points (instead of drawing new ones for each grid point).
-        random_state: an int seed (Ray's name), or a `random.Random` to draw one from.
+        random_state: an int seed (Ray's name), or a `random.Random` or numpy
+            ``Generator`` / ``RandomState`` to draw one from. None draws it from numpy's
+            global generator when numpy is loaded, as Ray's sampling does, so
+            ``np.random.seed(1234)`` before a run repeats its configs.
         seed: the same as `random_state`.
 
     Example:
@@ -53,9 +57,9 @@ class BasicVariantGenerator(Searcher):
         points_to_evaluate: list[dict[str, Any]] | None = None,
         max_concurrent: int = 0,
         constant_grid_search: bool = False,
-        random_state: int | random.Random | None = None,
+        random_state: Any = None,
         *,
-        seed: int | random.Random | None = None,
+        seed: Any = None,
     ) -> None:
         super().__init__()
         if isinstance(max_concurrent, bool) or not isinstance(max_concurrent, int):
@@ -158,13 +162,9 @@ class BasicVariantGenerator(Searcher):
         # num_samples stays as set_search_properties gave it: a budget may change on resume
 
 
-def _make_rng(seed: int | random.Random | None) -> random.Random:
-    if seed is None:
-        return random.Random()
+def _make_rng(seed: Any) -> random.Random:
+    """None: a seed from numpy's global generator when numpy is loaded, as Ray's draws
+    (so ``np.random.seed(1234)`` before a run repeats it); also a numpy Generator."""
     if isinstance(seed, random.Random):
         return random.Random(seed.getrandbits(64))
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise TypeError(
-            f"random_state/seed={seed!r} must be an int or random.Random, not {type(seed).__name__}"
-        )
-    return random.Random(seed)
+    return as_rng(seed, "BasicVariantGenerator")

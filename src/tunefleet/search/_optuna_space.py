@@ -35,6 +35,11 @@ if TYPE_CHECKING:
 _Key = tuple[object, ...]  # a key path; `_Category(i)` means "inside category i"
 
 
+class DefineByRunError(TypeError, ValueError):
+    """A call that needs the space's distributions, on a define-by-run space: Ray raises
+    TypeError there; it is a ValueError too, as tunefleet's other bad-input errors."""
+
+
 def _checked_space(space: dict[str, Any]) -> dict[str, Any]:
     validate_space(space)
     axes = grid_axes(space)
@@ -206,7 +211,7 @@ def point_params(
         flat = flatten(point)
         if fixed is None:
             if complete:
-                raise ValueError(
+                raise DefineByRunError(
                     f"OptunaSearch: {where} cannot be added as evaluated with a "
                     "define-by-run space (its distributions are not known)"
                 )
