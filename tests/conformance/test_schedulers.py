@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from ray import train, tune
-from ray.train import Checkpoint, RunConfig
+from ray.train import Checkpoint, CheckpointConfig, RunConfig
 from ray.tune.schedulers import (
     PB2,
     ASHAScheduler,
@@ -301,3 +301,74 @@ def test_pbt_exploiting_trial_takes_a_mutated_config(pbt_grid):
     worst = min(pbt_grid, key=lambda r: r.metrics["score"])
     assert worst.config["lr"] in (1.0, 0.5, 0.01)
     assert pbt_grid.get_best_result().metrics["score"] >= 3.0
+
+
+# -- PBT in pbt_example's form: the stop condition wins over the scheduler -----------------
+
+
+class PBTBenchmarkExample(tune.Trainable):
+    """pbt_example.py's shape: a class trainable, reused, checkpointed every 2 steps."""
+
+    def setup(self, config):
+        self.lr = config["lr"]
+        self.accuracy = 0.0
+        self.steps = 0
+
+    def step(self):
+        self.steps += 1
+        if self.steps == 1:  # the population meets: all four run together
+            Path(self.config["meet"], str(self.config["lr"])).touch()
+            deadline = time.monotonic() + 60
+            while len(os.listdir(self.config["meet"])) < 4 and time.monotonic() < deadline:
+                time.sleep(0.01)
+        self.accuracy += self.lr
+        return {"mean_accuracy": self.accuracy, "cur_lr": self.lr}
+
+    def save_checkpoint(self, checkpoint_dir):
+        return {"accuracy": self.accuracy, "lr": self.lr}
+
+    def load_checkpoint(self, checkpoint):
+        self.accuracy = checkpoint["accuracy"]
+
+    def reset_config(self, new_config):
+        self.lr = new_config["lr"]
+        self.config = new_config
+        return True
+
+
+@pytest.fixture(scope="module")
+def pbt_example_grid(tmp_path_factory):
+    pbt = PopulationBasedTraining(
+        time_attr="training_iteration",
+        perturbation_interval=2,
+        hyperparam_mutations={"lr": tune.uniform(0.0001, 0.02)},
+    )
+    meet = tmp_path_factory.mktemp("meet_example")
+    return tune.Tuner(
+        tune.with_resources(PBTBenchmarkExample, {"cpu": 0.5}),  # all four at once
+        run_config=RunConfig(
+            storage_path=str(tmp_path_factory.mktemp("pbt_example")),
+            stop={"training_iteration": 6},
+            verbose=0,
+            checkpoint_config=CheckpointConfig(checkpoint_frequency=2),
+        ),
+        tune_config=tune.TuneConfig(
+            scheduler=pbt, metric="mean_accuracy", mode="max", reuse_actors=True
+        ),
+        param_space={"lr": tune.grid_search([0.001, 0.005, 0.01, 0.02]), "meet": str(meet)},
+    ).fit()
+
+
+def test_pbt_example_no_trial_runs_past_the_stop(pbt_example_grid):
+    # Ray checks the stop condition before the scheduler: a stopped trial is never a
+    # donor, so no trial resumes from a checkpoint at (or past) the stop
+    assert pbt_example_grid.num_errors == 0
+    for result in pbt_example_grid:
+        history = list(result.metrics_dataframe["training_iteration"])
+        assert history[-1] == 6 and max(history) == 6, history
+
+
+def test_pbt_example_config_is_what_ran_last(pbt_example_grid):
+    # no exploit at the result that ends a trial: its config is the one it ran with
+    for result in pbt_example_grid:
+        assert result.config["lr"] == result.metrics["cur_lr"]
