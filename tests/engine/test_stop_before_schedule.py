@@ -172,3 +172,32 @@ def test_an_exploit_copies_the_checkpoint_the_scheduler_chose_not_a_later_one(
     with caplog.at_level(logging.WARNING, logger="tunefleet"):
         assert plans.take("dst") == (None, None, None)
     assert "ckpt_6" in caplog.text and "num_to_keep" in caplog.text
+
+
+def fails_on_its_way_out(config: dict[str, Any]) -> None:
+    try:
+        for i in range(100_000):
+            tune.report({"x": i})
+    finally:
+        raise RuntimeError("cleanup failed")
+
+
+def test_a_trial_that_fails_after_the_stop_ended_it_stays_ended(tmp_path: Path) -> None:
+    calls: list[Call] = []
+    grid = tune.Tuner(
+        fails_on_its_way_out,
+        tune_config=tune.TuneConfig(metric="x", mode="max", scheduler=SpyScheduler(calls)),
+        run_config=tune.RunConfig(
+            storage_path=str(tmp_path),
+            stop={"training_iteration": 2},
+            failure_config=tune.FailureConfig(max_failures=2),
+            verbose=0,
+        ),
+    ).fit()
+    # as in Ray: ended at the stop (TERMINATED), not retried; the algorithms heard once
+    (result,) = grid
+    assert grid.num_errors == 0 and grid.num_terminated == 1 and result.error is None
+    assert result.metrics["training_iteration"] == 2
+    tid = result.metrics["trial_id"]
+    assert [hook for hook, _ in of(calls, tid)] == ["scheduler.result", "scheduler.complete"]
+    assert of(calls, tid)[-1] == ("scheduler.complete", (2, True))

@@ -18,7 +18,7 @@ import pytest
 import tunefleet as tune
 from tests.helpers.processes import meet, meeting
 from tunefleet.backends.simulated import SimulatedTrainable
-from tunefleet.schedulers import PB2, PopulationBasedTraining
+from tunefleet.schedulers import PB2, Exploit, PopulationBasedTraining
 from tunefleet.schedulers._base import SchedulerDecision
 from tunefleet.store import StoreReader
 from tunefleet.trial import Trial
@@ -183,3 +183,34 @@ def test_real_trials_never_run_past_the_stop(tmp_path: Path, reuse: bool) -> Non
     with StoreReader(grid.experiment_path) as reader:
         exploits = [e["data"] for e in reader.events(kinds="exploit")]
     assert all(e["iteration"] < 6 for e in exploits), exploits
+
+
+@pytest.mark.parametrize("leave", ["on_trial_complete", "on_trial_error", "on_trial_remove"])
+def test_a_trial_that_left_is_neither_ranked_nor_a_donor(leave: str) -> None:
+    pbt = PopulationBasedTraining(
+        time_attr="training_iteration",
+        metric="score",
+        mode="max",
+        perturbation_interval=2,
+        quantile_fraction=0.5,
+        hyperparam_mutations={"lr": [0.1, 0.2]},
+        seed=0,
+    )
+    trials = [
+        Trial(trial_id=f"t{i}", index=i, name=f"t{i}", config={"lr": 0.1}, resources={}, path="")
+        for i in range(4)
+    ]
+    for t in trials:
+        pbt.on_trial_add(t)
+    for i, t in enumerate(trials[1:], 1):  # t3 best, t2 next
+        pbt.on_trial_result(t, {"training_iteration": 2, "score": float(i)})
+    best = trials[3]
+    if leave == "on_trial_complete":
+        pbt.on_trial_complete(best, {"training_iteration": 2, "score": 3.0, "done": True})
+    else:
+        getattr(pbt, leave)(best)
+    for seed in range(20):  # whatever the draw, the source is a trial still in the run
+        pbt._draws = seed
+        decision = pbt.on_trial_result(trials[0], {"training_iteration": 2, "score": -1.0})
+        assert isinstance(decision, Exploit) and decision.source_trial_id == "t2"
+        pbt._last_perturbation.pop("t0")
