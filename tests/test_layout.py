@@ -134,6 +134,7 @@ PINNED_EXPORTS: dict[str, set[str]] = {
     },
     "tunefleet.resources": {"PlacementGroupFactory"},
     "tunefleet.result": {
+        "AUTO_RESULT_KEYS",
         "DATE",
         "DEFAULT_METRIC",
         "DONE",

@@ -144,14 +144,29 @@ def test_bad_scope_and_mode_are_named(exp: Path) -> None:
 
 def test_no_metric_anywhere_is_a_clear_error(tmp_path: Path) -> None:
     path = tmp_path / "nometric"
-    with ExperimentStore(path) as store:
+    with ExperimentStore(path) as store:  # two trials: a single one is the best (Ray)
         write_trial(store, path, 0, [1.0])
+        write_trial(store, path, 1, [2.0])
     with pytest.raises(ValueError, match=r"no metric given.*TuneConfig\(metric="):
         ResultGrid(path).get_best_result()
     with pytest.raises(ValueError, match=r"no mode given for metric 'loss'"):
         ResultGrid(path).get_best_result(metric="loss")
     with pytest.raises(ValueError, match="no metric given"):
         _ = ExperimentAnalysis(path).best_config
+
+
+def test_one_trial_is_the_best_without_a_metric_but_bad_values_are_named(tmp_path: Path) -> None:
+    path = tmp_path / "one"
+    with ExperimentStore(path) as store:
+        write_trial(store, path, 0, [1.0])
+    grid = ResultGrid(path)
+    assert grid.get_best_result().trial_id == grid[0].trial_id  # Ray: no metric needed
+    assert grid.get_best_result(metric="nothing", mode="max").trial_id == grid[0].trial_id
+    with pytest.raises(ValueError, match=r"mode='minimum' is not valid; choose 'min' or 'max'"):
+        grid.get_best_result(mode="minimum")
+    with pytest.raises(ValueError, match=r"scope='bogus' is not valid"):
+        grid.get_best_result(scope="bogus")
+    assert ExperimentAnalysis(path).get_best_trial() is not None
 
 
 def test_a_metric_no_trial_reported_is_named_with_the_ones_that_exist(exp: Path) -> None:
@@ -363,8 +378,8 @@ def test_one_trial_is_the_best_as_in_ray(tmp_path: Path) -> None:
     only = ExperimentAnalysis(path).get_best_trial()  # Ray: before looking at the metric
     assert only is not None and only.trial_id == "t0000"
     assert ResultGrid(path).get_best_result(metric="loss", mode="min").metrics == {}
-    with pytest.raises(ValueError, match="no mode given"):
-        ResultGrid(path).get_best_result(metric="loss")  # the grid checks its arguments first
+    # Ray: the only trial is returned before the metric and mode are looked at
+    assert ResultGrid(path).get_best_result(metric="loss").trial_id == "t0000"
     with ExperimentStore(path) as store:
         write_trial(store, path, 1, [1.0])
     with pytest.raises(ValueError, match="no metric given"):

@@ -14,6 +14,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from tunefleet._metrics import MISSING, flatten, lookup, metric_value
+from tunefleet._redact import Secret, is_secret_key, redact
 from tunefleet.progress.snapshot import MODES, SCOPES, _dataframe, _ordered_columns, _Snapshot
 from tunefleet.storage.checkpoint import Checkpoint
 from tunefleet.store import StoreReader
@@ -72,11 +73,28 @@ class ExperimentAnalysis:
         self._experiment = _Snapshot(path)
         if trials is not None:
             self._experiment.trials = list(trials)
+        for trial in self._experiment.trials:  # Ray's last results hold the config
+            trial.last_result = last_result_with_config(trial)
         self.filesystem = storage_filesystem
         self.default_metric: str | None = default_metric or self._experiment.meta.get("metric")
         self.default_mode: str | None = default_mode or self._experiment.meta.get("mode")
         if self.default_metric is None and self.default_mode is not None:
             self.default_metric = _ANONYMOUS_METRIC
+
+    def _adopt_live(self, live: Iterable[Trial]) -> None:
+        """Take the config and last result of the run's own trial records (`live`, what
+        `Tuner.fit()` / `tune.run()` ran in this process) instead of their JSON copies in
+        the store, as Ray Tune's in-process results hold the trial's objects: a tuple stays
+        a tuple, a reported object stays that object, a `tune.Secret` stays a Secret (it
+        prints as ***). What the store hides (secret-looking keys, URL passwords) stays
+        hidden. Nothing is copied where nothing is hidden."""
+        own = {t.trial_id: t for t in live}
+        for trial in self._experiment.trials:
+            found = own.get(trial.trial_id)
+            if found is not None:
+                trial.config = shown(found.config)
+                trial.last_result = shown(found.last_result)
+                trial.last_result = last_result_with_config(trial)
 
     @property
     def experiment_path(self) -> str:
@@ -178,7 +196,7 @@ class ExperimentAnalysis:
             where,
         )
         if found is None:
-            logger.warning("%s", why)
+            logger.warning("%s", no_best(metric or self.default_metric, why))
         return found
 
     def get_best_config(
@@ -247,7 +265,7 @@ class ExperimentAnalysis:
             _, why = self._experiment.find_best(
                 self.default_metric, self.default_mode, "last", True, f"ExperimentAnalysis.{name}"
             )
-            raise ValueError(why)
+            raise ValueError(no_best(self.default_metric, why))
         return best
 
     # -- checkpoints ---------------------------------------------------------------------------
@@ -327,10 +345,48 @@ class ExperimentAnalysis:
         return f"ExperimentAnalysis({self.experiment_path!r}, {len(self.trials)} trials)"
 
 
+def no_best(metric: str | None, why: str) -> str:
+    """Ray Tune's first words when no trial qualifies as best, then our details (`why`)."""
+    return f"No best trial found for the given metric: {metric}. {why}"
+
+
+def shown(value: Any, depth: int = 0) -> Any:
+    """`value` (a live config or result) with what the store hides hidden, the rest kept
+    as it is (types, objects, `Secret`s); parts with nothing hidden are not copied."""
+    if isinstance(value, str):
+        hidden = redact(value)  # URL passwords and the like
+        return value if hidden == value else hidden
+    if depth > 64 or not isinstance(value, dict | list | tuple):
+        return value
+    if isinstance(value, dict):
+        out: dict[Any, Any] | None = None
+        for key, item in value.items():
+            if item is None or isinstance(item, bool | int | float | Secret):
+                continue
+            if isinstance(item, str) or (isinstance(key, str) and is_secret_key(key)):
+                new = redact({key: item})[key]  # the store's rules for this key
+            else:
+                new = shown(item, depth + 1)
+            if new is not item and not (isinstance(item, str) and new == item):
+                out = dict(value) if out is None else out
+                out[key] = new
+        return value if out is None else out
+    items = [shown(item, depth + 1) for item in value]
+    if all(new is old for new, old in zip(items, value, strict=True)):
+        return value
+    if isinstance(value, list):
+        return items
+    return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
+
+
 # -- each result with the config it was reported under ---------------------------------------------
 def last_result_with_config(trial: Trial) -> dict[str, Any]:
     """The trial's last result with ``"config"`` in it, as Ray Tune's (``{}`` if none)."""
-    return {**trial.last_result, "config": trial.config} if trial.last_result else {}
+    if not trial.last_result:
+        return {}
+    if trial.last_result.get("config") is trial.config:
+        return trial.last_result
+    return {**trial.last_result, "config": trial.config}
 
 
 def exploits_by_trial(experiment: _Snapshot) -> dict[str, list[dict[str, Any]]]:

@@ -36,7 +36,29 @@ TIMESTEPS_SINCE_RESTORE = "timesteps_since_restore"
 EPISODES_THIS_ITER = "episodes_this_iter"
 EPISODES_TOTAL = "episodes_total"
 
+# The keys a result gets filled in without the trainable reporting them, as Ray Tune's
+# tuple (its members and order; Ray lists TIME_TOTAL_S twice). `repr(Result)` and
+# `repr(ResultGrid)` leave them out of the metrics they show.
+AUTO_RESULT_KEYS = (
+    TRAINING_ITERATION,
+    TIME_TOTAL_S,
+    EPISODES_TOTAL,
+    TIMESTEPS_TOTAL,
+    NODE_IP,
+    HOSTNAME,
+    PID,
+    TIME_TOTAL_S,
+    TIME_THIS_ITER_S,
+    TIMESTAMP,
+    DATE,
+    TIME_SINCE_RESTORE,
+    TIMESTEPS_SINCE_RESTORE,
+    ITERATIONS_SINCE_RESTORE,
+    "config",
+)
+
 __all__ = [
+    "AUTO_RESULT_KEYS",
     "DATE",
     "DEFAULT_METRIC",
     "DONE",

@@ -38,6 +38,7 @@ from tunefleet._analysis import (
     best_checkpoint_of,
     exploits_by_trial,
     history_rows,
+    no_best,
 )
 from tunefleet._metrics import (
     MetricSpec,
@@ -49,6 +50,7 @@ from tunefleet._metrics import (
 from tunefleet.progress.snapshot import MODES as MODES
 from tunefleet.progress.snapshot import SCOPES as SCOPES
 from tunefleet.progress.snapshot import _dataframe, _metric_and_mode, _Snapshot
+from tunefleet.result import AUTO_RESULT_KEYS
 from tunefleet.storage.checkpoint import Checkpoint
 from tunefleet.trial import FailureKind, FailureRecord, Trial, TrialStatus
 
@@ -56,6 +58,17 @@ if TYPE_CHECKING:
     import pandas as pd
 
 logger = logging.getLogger("tunefleet")
+
+# Left out of the metrics `repr(Result)` shows, as Ray Tune's: the automatic keys and
+# those its progress output leaves out.
+_NOT_SHOWN = frozenset(AUTO_RESULT_KEYS) | {
+    "done",
+    "trial_id",
+    "experiment_tag",
+    "should_checkpoint",
+    "_report_on",
+}
+_GRID_REPR_MAX = 20  # results a ResultGrid's repr lists; it says how many more there are
 
 
 class TrialError(Exception):
@@ -139,6 +152,23 @@ class Result:
     status: str
     trial_id: str
     _experiment: _Snapshot | None = field(default=None, repr=False, compare=False)
+
+    def __repr__(self) -> str:
+        return self._repr(0)
+
+    def _repr(self, indent: int) -> str:
+        """Ray Tune's form: error type, metrics without the automatic keys, path,
+        filesystem, checkpoint; one per line."""
+        shown: dict[str, Any] = {}
+        if self.error is not None:
+            shown["error"] = type(self.error).__name__
+        shown["metrics"] = {k: v for k, v in self.metrics.items() if k not in _NOT_SHOWN}
+        shown["path"] = self.path
+        shown["filesystem"] = "local"
+        shown["checkpoint"] = self.checkpoint
+        outer, inner = " " * indent, " " * (indent + 2)
+        lines = ",\n".join(f"{inner}{key}={value!r}" for key, value in shown.items())
+        return f"{outer}Result(\n{lines}\n{outer})"
 
     @property
     def feasible(self) -> bool | None:
@@ -329,11 +359,23 @@ class ResultGrid:
                 ``"all"`` (its best value at any iteration).
             filter_nan_and_inf: skip NaN and infinite values.
 
+        As in Ray Tune, an experiment of one trial returns its result (no metric needed).
+
         Raises:
             ValueError: no metric or mode anywhere, or a bad mode or scope.
-            RuntimeError: no trial has a usable value of the metric.
+            RuntimeError: no trial has a usable value of the metric (the message starts
+                with Ray's "No best trial found for the given metric: ...").
         """
         where = "ResultGrid.get_best_result()"
+        if scope not in SCOPES:
+            raise ValueError(
+                f"{where}: scope={scope!r} is not valid; "
+                f"choose one of {', '.join(map(repr, SCOPES))}"
+            )
+        if len(self._results) == 1:  # Ray: the only trial is the best, metric or not
+            if mode is not None and mode not in MODES:
+                raise ValueError(f"{where}: mode={mode!r} is not valid; choose 'min' or 'max'")
+            return self._results[0]
         metric_, mode_ = metric or self._metric, mode or self._mode
         if isinstance(metric_, list) or isinstance(mode_, list):
             raise ValueError(
@@ -342,14 +384,9 @@ class ResultGrid:
                 "mode= to rank by one of them"
             )
         metric_, mode_ = _metric_and_mode(metric_, mode_, where)
-        if scope not in SCOPES:
-            raise ValueError(
-                f"{where}: scope={scope!r} is not valid; "
-                f"choose one of {', '.join(map(repr, SCOPES))}"
-            )
-        if len(self._results) == 1:  # Ray: the only trial is the best, whatever it reported
-            return self._results[0]
-        trial = self._experiment.best_trial(metric_, mode_, scope, filter_nan_and_inf, where)
+        trial, why = self._experiment.find_best(metric_, mode_, scope, filter_nan_and_inf, where)
+        if trial is None:
+            raise RuntimeError(no_best(metric_, why))
         return next(r for r in self._results if r.trial_id == trial.trial_id)
 
     def get_pareto_front(
@@ -410,7 +447,15 @@ class ResultGrid:
         return self._experiment.table(filter_metric, filter_mode, "ResultGrid.get_dataframe()")
 
     def __repr__(self) -> str:
-        return f"ResultGrid({self.experiment_path!r}, {len(self)} trials, {self.num_errors} errors)"
+        """Ray Tune's form, ``ResultGrid<[Result(...), ...]>``, listing the first 20
+        results and saying how many more there are."""
+        shown = [r._repr(2) for r in self._results[:_GRID_REPR_MAX]]
+        more = len(self._results) - len(shown)
+        if more > 0:
+            shown.append(
+                f"  ... {more} more results ({len(self)} trials at {self.experiment_path})"
+            )
+        return "ResultGrid<[\n" + ",\n".join(shown) + "\n]>"
 
 
 __all__ = [

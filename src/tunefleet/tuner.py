@@ -78,6 +78,7 @@ class Tuner:
         self._resume: ResumeState | None = None  # set by Tuner.restore
         self._resume_url: str | None = None  # Tuner.restore of an experiment in remote storage
         self._experiment_path: str | None = None  # what get_results() reads
+        self._live_trials: list[Trial] = []  # fit()'s own trial records (Tuner.restore: none)
 
     def fit(self) -> ResultGrid:
         """Run the experiment to its end (or continue a restored one); return a `ResultGrid`."""
@@ -85,15 +86,26 @@ class Tuner:
 
         resume, self._resume = self._resume, None  # a second fit() starts a new experiment
         url, self._resume_url = self._resume_url, None
+        live: list[Trial] = []
         path = run_experiment(
-            self.trainable, self.param_space, self.tune_config, self.run_config, resume, url
+            self.trainable,
+            self.param_space,
+            self.tune_config,
+            self.run_config,
+            resume,
+            url,
+            trials_out=live,
         )
-        self._experiment_path = path
+        self._experiment_path, self._live_trials = path, live
         return self.get_results()
 
     def get_results(self) -> ResultGrid:
         """The `ResultGrid` of this tuner's experiment: the one `fit()` ran, or the one
         `Tuner.restore` opened (read as it is now, without running anything).
+
+        After `fit()` each result holds the trial's own config and last result (the
+        objects, as in Ray Tune); read from disk (`Tuner.restore`) they are the store's
+        JSON (a tuple reads back as a list, an object as its ``str()``).
 
         Raises:
             RuntimeError: the tuner was neither fitted nor restored.
@@ -103,11 +115,11 @@ class Tuner:
                 "Tuner.get_results(): this Tuner has no results yet; call fit() first, or "
                 "open a finished experiment with tune.Tuner.restore(path, trainable)"
             )
-        from tunefleet.results import ResultGrid
+        from tunefleet.results import ExperimentAnalysis, ResultGrid
 
-        return ResultGrid(
-            self._experiment_path, metric=self.tune_config.metric, mode=self.tune_config.mode
-        )
+        analysis = ExperimentAnalysis(self._experiment_path)
+        analysis._adopt_live(self._live_trials)
+        return ResultGrid(analysis, metric=self.tune_config.metric, mode=self.tune_config.mode)
 
     @classmethod
     def restore(
@@ -397,10 +409,12 @@ def run(
             log_to_file=log_to_file,
         ),
     )
-    grid = _resumed(tuner, resume, storage_path or local_dir, name).fit()
+    runner = _resumed(tuner, resume, storage_path or local_dir, name)
+    grid = runner.fit()
     from tunefleet.results import ExperimentAnalysis
 
     analysis = ExperimentAnalysis(grid.experiment_path, default_metric=metric, default_mode=mode)
+    analysis._adopt_live(runner._live_trials)  # the trials' own configs and last results
     if raise_on_failed_trial and grid.num_errors:
         failed = ", ".join(f"{e.trial_id} ({e})" for e in grid.errors[:5])
         raise TuneError(

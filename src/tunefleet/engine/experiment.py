@@ -43,7 +43,7 @@ from tunefleet.storage.paths import (
 )
 from tunefleet.store import ExperimentStore
 from tunefleet.trainable import resources_of, trainable_name, unwrap, with_requested_resources
-from tunefleet.trial import StopCause
+from tunefleet.trial import StopCause, Trial
 
 if TYPE_CHECKING:
     from tunefleet.storage.sync import ExperimentSync
@@ -58,11 +58,13 @@ def run_experiment(
     run_config: RunConfig,
     resume: ResumeState | None = None,
     resume_url: str | None = None,
+    trials_out: list[Trial] | None = None,
 ) -> str:
     """Run the experiment (or continue `resume`, kept at `resume_url` if remote); return its
-    (local) directory."""
+    (local) directory. `trials_out` receives the run's own trial records (their configs
+    and last results as sent, not read back from the store), for the results it returns."""
     with warnings_shown(run_config.verbose):
-        return _run(trainable, param_space, tune_config, run_config, resume, resume_url)
+        return _run(trainable, param_space, tune_config, run_config, resume, resume_url, trials_out)
 
 
 def _run(
@@ -72,6 +74,7 @@ def _run(
     run_config: RunConfig,
     resume: ResumeState | None,
     resume_url: str | None,
+    trials_out: list[Trial] | None = None,
 ) -> str:
     from tunefleet.storage.location import parse_storage
     from tunefleet.store._check import DriverLock
@@ -108,7 +111,9 @@ def _run(
         if remote is not None:
             spec.storage_url, spec.storage_filesystem = remote.url, remote.fs
         try:
-            return _drive(spec, backend, store, searcher, scheduler, stopper, run_config, resume)
+            return _drive(
+                spec, backend, store, searcher, scheduler, stopper, run_config, resume, trials_out
+            )
         finally:
             if sync is not None:
                 sync.close()  # the last upload, after the store is closed
@@ -314,6 +319,7 @@ def _drive(
     stopper: Stopper | None,
     run_config: RunConfig,
     resume: ResumeState | None,
+    trials_out: list[Trial] | None = None,
 ) -> str:
     ckpt = run_config.checkpoint_config
     reporter = StatusReporter(
@@ -343,6 +349,8 @@ def _drive(
         controller.run()
         interrupted = controller.stop_reason is StopCause.INTERRUPTED
         status = "interrupted" if interrupted else "finished"
+        if trials_out is not None:
+            trials_out.extend(controller.trial_list)
     finally:
         store.write_meta(
             {"status": status, "ended_at": time.time(), "stop_reason": controller.stop_reason}
