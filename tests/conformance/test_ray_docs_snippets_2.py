@@ -321,3 +321,62 @@ def test_custom_logger_callback_sees_every_result(data_in_and_out):
     for logged in callback.results.values():
         assert len(logged) == 3
         assert json.loads(logged[-1])["training_iteration"] == 3
+
+
+# --- API reference docstrings: with_parameters, Callback, ResultGrid errors ------------
+
+
+class DataTrainable(tune.Trainable):
+    def setup(self, config, data=None):
+        self.data = data
+        self.iter = 0
+
+    def step(self):
+        self.iter += 1
+        return {"metric": self.iter * len(self.data)}
+
+
+def test_with_parameters_on_a_class_trainable(storage):
+    grid = tune.Tuner(
+        tune.with_parameters(DataTrainable, data=[1, 2, 3]),
+        run_config=run_config(storage, "wp_class", stop={"training_iteration": 2}),
+    ).fit()
+    assert not grid.errors
+    assert grid[0].metrics["metric"] == 6
+
+
+class MyCallback(tune.Callback):
+    def __init__(self):
+        self.seen = []
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        self.seen.append(result["metric"])
+
+
+def count_to_three(config):
+    for i in range(3):
+        tune.report({"metric": i})
+
+
+def test_callback_on_trial_result_and_explicit_best(storage):
+    callback = MyCallback()
+    grid = tune.Tuner(
+        count_to_three, run_config=run_config(storage, "callback", callbacks=[callback])
+    ).fit()
+    assert callback.seen == [0, 1, 2]
+    assert grid.get_best_result(metric="metric", mode="max").metrics["metric"] == 2
+
+
+def always_fails(config):
+    raise ValueError("bad")
+
+
+def test_result_error_is_the_trainables_exception(storage):
+    grid = tune.Tuner(
+        always_fails,
+        param_space={"x": tune.grid_search([1, 2])},
+        run_config=run_config(storage, "errors"),
+    ).fit()
+    assert grid.num_errors == 2
+    assert all(isinstance(grid[i].error, ValueError) for i in range(len(grid)))
+    assert len(grid.errors) == 2
