@@ -27,6 +27,7 @@ from typing import Any
 
 from tunefleet._metrics import flatten, metric_value
 from tunefleet._redact import redact_text
+from tunefleet.progress.snapshot import _metric_and_mode
 from tunefleet.progress.view import NON_FINITE_MARK, non_finite_note
 from tunefleet.results import SCOPES, ResultGrid
 from tunefleet.store import (
@@ -207,6 +208,12 @@ def _show(args: argparse.Namespace) -> int:
 def _best(args: argparse.Namespace) -> int:
     path = resolve_experiment(args.experiment, args.storage)
     grid = ResultGrid(path, metric=args.metric, mode=args.mode)
+    if len(grid) == 1:  # get_best_result needs no metric then (as Ray's); `best` shows one
+        with StoreReader(path) as reader:
+            meta = reader.meta()
+        metric, mode = args.metric or meta.get("metric"), args.mode or meta.get("mode")
+        if not isinstance(metric, list):
+            _metric_and_mode(metric, mode, "tunefleet best")
     best = grid.get_best_result(scope=args.scope)
     with StoreReader(path) as reader:
         meta, trial = reader.meta(), reader.trial(best.trial_id)
