@@ -134,6 +134,8 @@ class Searcher(ABC):
         `ExperimentAnalysis` (a `ResultGrid` too) whose last result has `metric`."""
         from tunefleet.search._evaluated import add_evaluated_trials
 
+        if type(self).add_evaluated_point is Searcher.add_evaluated_point:
+            self.add_evaluated_point({}, 0.0)  # raises NotImplementedError, naming the class
         add_evaluated_trials(self, trials_or_analysis, metric)
 
     def get_state(self) -> dict[str, Any]:

@@ -9,20 +9,29 @@ finished trial reported the metric (a misspelt name, most often).
 from __future__ import annotations
 
 import warnings
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from tunefleet.trial import TrialStatus
 
-if TYPE_CHECKING:
-    from tunefleet.search._base import Searcher
+
+class TakesPoints(Protocol):
+    """What this module needs of a searcher (not `Searcher` itself: its module calls
+    this one)."""
+
+    def add_evaluated_point(
+        self,
+        parameters: dict[str, Any],
+        value: float,
+        error: bool = False,
+        pruned: bool = False,
+        intermediate_values: list[float] | None = None,
+    ) -> None: ...
 
 
-def add_evaluated_trials(searcher: Searcher, trials_or_analysis: Any, metric: str) -> None:
+def add_evaluated_trials(searcher: TakesPoints, trials_or_analysis: Any, metric: str) -> None:
+    """Tell `searcher` each finished trial's last `metric` (the caller has checked that it
+    takes evaluated points)."""
     owner = type(searcher).__name__
-    from tunefleet.search._base import Searcher
-
-    if type(searcher).add_evaluated_point is Searcher.add_evaluated_point:
-        searcher.add_evaluated_point({}, 0.0)  # raises NotImplementedError, naming it
     if not isinstance(metric, str) or not metric:
         raise TypeError(f"{owner}.add_evaluated_trials: metric={metric!r} must be a metric name")
     trials = _trials_of(owner, trials_or_analysis)
