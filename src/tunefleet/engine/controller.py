@@ -231,6 +231,7 @@ class Controller:
         if not isinstance(config, dict):
             self._starved = True
             return None
+        config = self.scheduler.complete_config(config)  # PBT's mutated keys, if missing
         return self._add_trial(new_trial(self.spec, trial_id, len(self.trials), config))
 
     def _add_trial(self, trial: Trial) -> Trial:

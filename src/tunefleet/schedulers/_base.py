@@ -137,6 +137,12 @@ class TrialScheduler:
         self.metric, self.mode = fill_objective(owner, self.metric, self.mode, metric, mode)
         return True
 
+    def complete_config(self, config: dict[str, Any]) -> dict[str, Any]:
+        """The config a new trial runs with: `config`, plus any key this scheduler needs
+        that it lacks (Ray's PBT samples its mutated keys there). Called once per new
+        trial, before it is recorded."""
+        return config
+
     def on_trial_add(self, trial: Trial) -> None:
         """A new trial was created."""
 

@@ -198,6 +198,13 @@ class PopulationBasedTraining(TrialScheduler):
         """The new config of `trial_id`, which exploits `source`."""
         return self.explore(self._configs.get(source, {}), rng)
 
+    def complete_config(self, config: dict[str, Any]) -> dict[str, Any]:
+        """Sample each mutated key the config lacks, as Ray's PBT does when a trial is
+        added (so `hyperparam_mutations` alone can define those keys)."""
+        if not _lacks(config, self.mutations):
+            return config
+        return _fill(config, self.mutations, self._rng())
+
     def on_trial_add(self, trial: Trial) -> None:
         self._configs[trial.trial_id] = trial.config
 
@@ -377,6 +384,30 @@ def _mutate(
                 f"hyperparam_mutations[{key!r}]={spec!r} must be a search-space domain, a "
                 "list, a function or a dict of those"
             )
+    return new
+
+
+def _lacks(config: dict[str, Any], mutations: Mapping[str, Any]) -> bool:
+    for key, spec in mutations.items():
+        if key not in config:
+            return True
+        if isinstance(spec, Mapping) and not isinstance(spec, Domain):
+            inner = config[key]
+            if not isinstance(inner, dict) or _lacks(inner, spec):
+                return True
+    return False
+
+
+def _fill(
+    config: dict[str, Any], mutations: Mapping[str, Any], rng: random.Random
+) -> dict[str, Any]:
+    new = dict(config)
+    for key, spec in mutations.items():
+        if isinstance(spec, Mapping) and not isinstance(spec, Domain):
+            inner = config.get(key)
+            new[key] = _fill(inner if isinstance(inner, dict) else {}, spec, rng)
+        elif key not in config:  # a fresh draw: resample with probability 1
+            new[key] = _mutate({}, {key: spec}, rng, 1.0, (1.0,))[key]
     return new
 
 

@@ -104,6 +104,9 @@ class ResourceChangingScheduler(TrialScheduler):
         self._cluster = cluster
         self.base.set_cluster(cluster)
 
+    def complete_config(self, config: dict[str, Any]) -> dict[str, Any]:
+        return self.base.complete_config(config)
+
     def on_trial_add(self, trial: Trial) -> None:
         self.base.on_trial_add(trial)
 
