@@ -4,8 +4,12 @@ the `resume` forms."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
+import os
+import warnings
+from collections.abc import Iterator
 from typing import Any
 
 from tunefleet.config import CheckpointConfig
@@ -42,6 +46,7 @@ RUN_ARGS = (
     "sync_config",
     "log_to_file",
     "resume",
+    "chdir_to_trial_dir",
 )
 
 # Ray Tune's tune.run arguments that tunefleet refuses, and what to write instead.
@@ -54,10 +59,42 @@ REFUSED_RUN_ARGS = {
     "tune.Tuner.restore(path, trainable, resume_errored=..., restart_errored=...)",
     "export_formats": "export_formats= is not supported: save the model in the "
     "trainable's checkpoint (save_checkpoint, or tune.report(checkpoint=...))",
-    "chdir_to_trial_dir": "chdir_to_trial_dir= is deprecated in Ray Tune and not "
-    "supported: trials run in their worker's working directory; use "
-    "tune.get_context().get_trial_dir() for the trial's folder",
 }
+
+
+def chdir_argument(value: bool | None) -> bool:
+    """Ray Tune's deprecated ``chdir_to_trial_dir=``: it warns; True if it asks trials to
+    stay in the worker's working directory (False given)."""
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise ValueError(
+            f"tune.run(chdir_to_trial_dir={value!r}): give True or False (deprecated, as in "
+            "Ray Tune: set the environment variable RAY_CHDIR_TO_TRIAL_DIR=0 instead)"
+        )
+    warnings.warn(
+        "tune.run(chdir_to_trial_dir=...) is deprecated, as in Ray Tune: set the environment "
+        "variable RAY_CHDIR_TO_TRIAL_DIR=0 to keep trials in the working directory",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    return not value
+
+
+@contextlib.contextmanager
+def env_set(name: str, value: str | None) -> Iterator[None]:
+    """Set the environment variable `name` to `value` for the block (None: leave it)."""
+    before = os.environ.get(name)
+    if value is not None:
+        os.environ[name] = value
+    try:
+        yield
+    finally:
+        if value is not None:
+            if before is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = before
 
 
 def refuse_unknown(unknown: dict[str, Any]) -> None:

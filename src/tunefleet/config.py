@@ -263,6 +263,37 @@ class TuneConfig:
 
 
 BACKENDS = ("local", "ray")
+LOG_FILES = ("stdout.log", "stderr.log")  # a trial's output files unless log_to_file names others
+
+
+def trial_log_files(log_to_file: Any, where: str = "log_to_file") -> tuple[str, str]:
+    """The (stdout, stderr) files of `log_to_file` as Ray Tune reads it: a bool gives
+    `LOG_FILES`; one name gets both streams; a pair of names, one each. `where` names
+    the argument in the error a bad value gets."""
+    if isinstance(log_to_file, bool):
+        return LOG_FILES
+    if isinstance(log_to_file, (str, os.PathLike)):
+        names: tuple[Any, ...] = (log_to_file, log_to_file)
+    elif isinstance(log_to_file, (tuple, list)) and len(log_to_file) == 2:
+        names = tuple(log_to_file)
+    else:
+        names = ()
+    if not names or not all(isinstance(n, (str, os.PathLike)) and os.fspath(n) for n in names):
+        raise ValueError(
+            f"{where}={log_to_file!r} is not valid: give True or False (stdout.log and "
+            "stderr.log in the trial's folder), a file name (both streams into it) or a "
+            "pair of file names (stdout, stderr)"
+        )
+    return os.fspath(names[0]), os.fspath(names[1])
+
+
+def chdir_to_trial_dir() -> bool:
+    """Whether trials run in their own folder: yes unless RAY_CHDIR_TO_TRIAL_DIR=0 or
+    TUNEFLEET_CHDIR_TO_TRIAL_DIR=0 (Ray Tune's switch, and ours)."""
+    return all(
+        os.environ.get(name, "1").strip() != "0"
+        for name in ("RAY_CHDIR_TO_TRIAL_DIR", "TUNEFLEET_CHDIR_TO_TRIAL_DIR")
+    )
 
 
 @dataclass
@@ -293,6 +324,9 @@ class RunConfig:
             cluster. ``RAY_ADDRESS`` (set by ``ray job submit``) is honoured as usual.
         progress_reporter: a `tune.CLIReporter` / `tune.JupyterNotebookReporter`
             choosing the live view's columns, rows and refresh period (Ray Tune's names).
+        log_to_file: where each trial's stdout and stderr go, relative to its folder
+            (absolute paths too): True or False, ``stdout.log`` and ``stderr.log``; a
+            file name, both streams into it; a pair of names, (stdout, stderr).
     """
 
     name: str | None = None
@@ -303,7 +337,7 @@ class RunConfig:
     checkpoint_config: CheckpointConfig = field(default_factory=CheckpointConfig)
     failure_config: FailureConfig = field(default_factory=FailureConfig)
     resources: dict[str, Any] | None = None
-    log_to_file: bool = True
+    log_to_file: bool | str | os.PathLike[str] | tuple[Any, Any] | list[Any] = True
     backend: str = "local"
     ray_init: dict[str, Any] | None = None
     storage_filesystem: Any = None
@@ -345,6 +379,7 @@ class RunConfig:
                 "the local backend; with backend='ray' they come from the Ray cluster (start "
                 "a local Ray with ray_init={'num_cpus': ...} or ray.init(...))"
             )
+        trial_log_files(self.log_to_file, "RunConfig.log_to_file")
         if self.verbose not in (0, 1, 2, 3):
             raise ValueError(f"RunConfig.verbose={self.verbose!r} is not valid: use 0, 1, 2 or 3")
         if self.progress_reporter is not None:

@@ -72,6 +72,10 @@ class Trainable:
     def cleanup(self) -> None:
         """Release resources when the instance is done with (not between reused trials)."""
 
+    def log_result(self, result: dict[str, Any]) -> None:
+        """Called by `train()` with each result (its automatic keys and ``config``
+        included), in the trial's process: override it to log elsewhere. Does nothing."""
+
     @classmethod
     def default_resource_request(
         cls, config: dict[str, Any]
@@ -154,6 +158,8 @@ class Trainable:
         )
         if self._context is None:
             result["config"] = self.config  # in a trial the store keeps the config once
+        if type(self).log_result is not Trainable.log_result:
+            self.log_result({**result, "config": self.config})  # as Ray's train() does
         return result
 
     def save(self, checkpoint_dir: str | None = None) -> str:

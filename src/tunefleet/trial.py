@@ -202,6 +202,11 @@ class Trial:
     ended_at: float | None = None
     trainable_name: str = ""  # from_json reads it from `name` in records that lack it
 
+    def __hash__(self) -> int:
+        """By `trial_id`, so trials key dicts as in Ray Tune's loggers (equal trials
+        share their id)."""
+        return hash(self.trial_id)
+
     @property
     def iteration(self) -> int:
         return int(self.last_result.get("training_iteration", 0))

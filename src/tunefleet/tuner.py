@@ -10,8 +10,21 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tunefleet._run_args import legacy_checkpoint_config, refuse_unknown, resume_flags
-from tunefleet.config import CheckpointConfig, FailureConfig, RunConfig, SyncConfig, TuneConfig
+from tunefleet._run_args import (
+    chdir_argument,
+    env_set,
+    legacy_checkpoint_config,
+    refuse_unknown,
+    resume_flags,
+)
+from tunefleet.config import (
+    CheckpointConfig,
+    FailureConfig,
+    RunConfig,
+    SyncConfig,
+    TuneConfig,
+    trial_log_files,
+)
 from tunefleet.storage.paths import is_url
 from tunefleet.trainable import unwrap, validate_trainable, with_resources
 from tunefleet.trial import Trial
@@ -324,8 +337,9 @@ def run(
     trial_name_creator: Any = None,
     trial_dirname_creator: Any = None,
     sync_config: SyncConfig | None = None,
-    log_to_file: bool = True,
+    log_to_file: Any = True,
     resume: bool | str | None = False,
+    chdir_to_trial_dir: bool | None = None,
     **unknown: Any,
 ) -> ExperimentAnalysis:
     """Ray Tune's legacy entry point; returns an `ExperimentAnalysis`.
@@ -333,13 +347,15 @@ def run(
     Takes Ray Tune's keyword arguments with their meaning (docs/from_ray_tune.md):
     the checkpoint ones (`checkpoint_freq`, `checkpoint_at_end`, `keep_checkpoints_num`,
     `checkpoint_score_attr` with a "min-" prefix for the lowest) fill in
-    `checkpoint_config`; `local_dir` is `storage_path`'s old name. Ray's `restore`,
-    `resume_config`, `export_formats` and `chdir_to_trial_dir` are refused with what to
-    write instead, and unknown keyword arguments are an error (Ray Tune silently
-    ignores some). `resume` (needs `name`): False; True or "LOCAL" (continue the
-    experiment); "AUTO" (continue it if it exists, else start it); "ERRORED_ONLY"
-    (only rerun failed trials); a suffix "+ERRORED" also reruns failed trials from
-    their checkpoints, "+RESTART_ERRORED" from scratch.
+    `checkpoint_config`; `local_dir` is `storage_path`'s old name; `log_to_file` as in
+    `RunConfig`; `chdir_to_trial_dir=False` (deprecated, as in Ray Tune: it warns) runs
+    this experiment's trials in the worker's working directory, as
+    RAY_CHDIR_TO_TRIAL_DIR=0 does. Ray's `restore`, `resume_config` and
+    `export_formats` are refused with what to write instead, and unknown keyword
+    arguments are an error (Ray Tune silently ignores some). `resume` (needs `name`):
+    False; True or "LOCAL" (continue the experiment); "AUTO" (continue it if it exists,
+    else start it); "ERRORED_ONLY" (only rerun failed trials); a suffix "+ERRORED" also
+    reruns failed trials from their checkpoints, "+RESTART_ERRORED" from scratch.
 
     Raises:
         TuneError: trials failed and `raise_on_failed_trial` is True.
@@ -363,11 +379,8 @@ def run(
             + ("OptunaSearch() from tunefleet.search" if what == "search_alg" else "")
             + ("ASHAScheduler() from tunefleet.schedulers" if what == "scheduler" else "")
         )
-    if not isinstance(log_to_file, bool):
-        raise ValueError(
-            f"tune.run(log_to_file={log_to_file!r}): only True or False; each trial's "
-            "output always goes to stdout.log and stderr.log in its folder"
-        )
+    trial_log_files(log_to_file, "tune.run(log_to_file)")  # a bad value fails here
+    stay_in_cwd = chdir_argument(chdir_to_trial_dir)
     if isinstance(time_budget_s, datetime.timedelta):
         time_budget_s = time_budget_s.total_seconds()
     checkpoints = legacy_checkpoint_config(
@@ -410,7 +423,8 @@ def run(
         ),
     )
     runner = _resumed(tuner, resume, storage_path or local_dir, name)
-    grid = runner.fit()
+    with env_set("TUNEFLEET_CHDIR_TO_TRIAL_DIR", "0" if stay_in_cwd else None):
+        grid = runner.fit()
     from tunefleet.results import ExperimentAnalysis
 
     analysis = ExperimentAnalysis(grid.experiment_path, default_metric=metric, default_mode=mode)

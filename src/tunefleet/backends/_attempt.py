@@ -80,7 +80,7 @@ def timeout_record(attempt: Worker, limit: str, now: float) -> FailureRecord:
 
 
 def trial_stderr_tail(launch: TrialLaunch) -> str | None:
-    return stderr_tail(os.path.join(launch.trial_dir, "stderr.log"))
+    return stderr_tail(os.path.join(launch.trial_dir, launch.log_files[1]))
 
 
 def stderr_tail(path: str) -> str | None:

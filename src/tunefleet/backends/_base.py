@@ -44,6 +44,10 @@ class TrialLaunch:
     # (None: trial_dir), and the fsspec filesystem that reaches it (None: fsspec's default).
     storage_dir: str | None = None
     storage_filesystem: Any = None
+    # The files its stdout and stderr go to, relative to trial_dir (RunConfig.log_to_file),
+    # and whether it runs with trial_dir as its working directory (Ray's default).
+    log_files: tuple[str, str] = ("stdout.log", "stderr.log")
+    chdir: bool = True
 
 
 class FinishHow(str, enum.Enum):

@@ -127,7 +127,8 @@ class TrialLoop:
         self._save_asked = False
         self._saved_at = launch.iteration if launch.checkpoint else None
         os.makedirs(launch.trial_dir, exist_ok=True)
-        restore_out = _redirect_output(launch.trial_dir)
+        restore_out = _redirect_output(launch.trial_dir, launch.log_files)
+        restore_cwd = _enter_trial_dir(launch) if launch.chdir else _nothing
         os.environ["TUNEFLEET_TRIAL_ID"] = trial_id
         context = TuneContext(
             trial_id=trial_id,
@@ -187,6 +188,7 @@ class TrialLoop:
             sys.stdout.flush()
             sys.stderr.flush()
             _kill_children()
+            restore_cwd()
             restore_out()
             self._current = None
         self._send(outcome)
@@ -348,17 +350,55 @@ def _program_crash(
     )
 
 
-def _redirect_output(trial_dir: str) -> Callable[[], None]:
-    """Point fds 1 and 2 (and children's) at the trial's log files; return the undo."""
+def _nothing() -> None:
+    pass
+
+
+def _enter_trial_dir(launch: TrialLaunch) -> Callable[[], None]:
+    """Make the trial's folder the working directory, as Ray Tune does (relative paths
+    such as ``open("artifact.txt", "w")`` land there); return the undo. Ray's
+    TUNE_ORIG_WORKING_DIR names the directory it was."""
+    try:
+        previous: str | None = os.getcwd()
+    except OSError:  # the worker's folder was removed: nothing to go back to
+        previous = None
+    orig = os.environ.get("TUNE_ORIG_WORKING_DIR")
+    os.chdir(launch.trial_dir)
+    if previous is not None:
+        os.environ["TUNE_ORIG_WORKING_DIR"] = previous
+
+    def restore() -> None:
+        try:
+            if previous is not None:
+                os.chdir(previous)  # the worker runs its next trial from where it started
+        except OSError:  # that folder is gone: stay
+            pass
+        if orig is None:
+            os.environ.pop("TUNE_ORIG_WORKING_DIR", None)
+        else:
+            os.environ["TUNE_ORIG_WORKING_DIR"] = orig
+
+    return restore
+
+
+def _redirect_output(trial_dir: str, names: tuple[str, str]) -> Callable[[], None]:
+    """Point fds 1 and 2 (and children's) at the trial's log files (`names`, relative to
+    `trial_dir`; one file if both name it); return the undo."""
     sys.stdout.flush()
     sys.stderr.flush()
     saved = (os.dup(1), os.dup(2))
-    out = os.open(os.path.join(trial_dir, "stdout.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-    err = os.open(os.path.join(trial_dir, "stderr.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    paths = [os.path.join(trial_dir, name) for name in names]
+    for path in paths:
+        os.makedirs(os.path.dirname(path), exist_ok=True)  # e.g. "logs/out.txt"
+    out = os.open(paths[0], os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    err = out if os.path.abspath(paths[1]) == os.path.abspath(paths[0]) else None
+    if err is None:
+        err = os.open(paths[1], os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     os.dup2(out, 1)
     os.dup2(err, 2)
     os.close(out)
-    os.close(err)
+    if err != out:
+        os.close(err)
 
     def restore() -> None:
         sys.stdout.flush()

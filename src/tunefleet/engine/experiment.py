@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from tunefleet._version import __version__
 from tunefleet.backends import Backend
 from tunefleet.backends.local import LocalBackend
-from tunefleet.config import RunConfig, TuneConfig
+from tunefleet.config import RunConfig, TuneConfig, chdir_to_trial_dir, trial_log_files
 from tunefleet.engine.commit import restore_callback_states
 from tunefleet.engine.controller import Controller, ExperimentSpec
 from tunefleet.engine.resume import (
@@ -307,6 +307,8 @@ def _spec(
         trial_name_creator=tune_config.trial_name_creator,
         trial_dirname_creator=tune_config.trial_dirname_creator,
         id_prefix=prefix,
+        log_files=trial_log_files(run_config.log_to_file, "RunConfig.log_to_file"),
+        chdir_to_trial_dir=chdir_to_trial_dir(),
     )
 
 

@@ -44,3 +44,5 @@ class ExperimentSpec:
     id_prefix: str = "t"
     storage_url: str | None = None  # the experiment in remote storage: checkpoints go there
     storage_filesystem: Any = None  # the fsspec filesystem reaching it (for the trial side)
+    log_files: tuple[str, str] = ("stdout.log", "stderr.log")  # RunConfig.log_to_file
+    chdir_to_trial_dir: bool = True  # trials run in their folders (RAY_CHDIR_TO_TRIAL_DIR)

@@ -41,9 +41,11 @@ def trial_launch(
     """The next attempt of `trial` (its epoch already counted), from its latest checkpoint.
 
     `sync`: each result waits for the scheduler's decision. `storage_dir`: where its
-    checkpoints go in remote storage (None: its folder).
+    checkpoints go in remote storage (None: its folder). Makes the trial's folder.
     """
     restored = bool(trial.latest_checkpoint)
+    # Its folder exists from now, as in Ray Tune: on_trial_start callbacks open files there.
+    os.makedirs(trial.path, exist_ok=True)
     return TrialLaunch(
         trial_id=trial.trial_id,
         epoch=trial.epoch,
@@ -63,4 +65,6 @@ def trial_launch(
         heartbeat_s=spec.heartbeat_timeout_s,
         storage_dir=storage_dir,
         storage_filesystem=spec.storage_filesystem,
+        log_files=spec.log_files,
+        chdir=spec.chdir_to_trial_dir,
     )

@@ -273,7 +273,8 @@ class LocalBackend(PoolBackend[_Process]):
         parent, child = socket.socketpair()
         child_fd = child.fileno()
         env = dict(os.environ)
-        env["TUNEFLEET_SYS_PATH"] = json.dumps(sys.path)
+        # absolute: trials run in their own folders, where "" would mean something else
+        env["TUNEFLEET_SYS_PATH"] = json.dumps([os.path.abspath(p) for p in sys.path])
         env[KEY_ENV] = self._key.hex()  # never on disk; the worker drops it from its env
         # the worker must import this very tunefleet, installed or not
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [_PACKAGE_ROOT, env.get("PYTHONPATH")]))
