@@ -60,7 +60,7 @@ LAYERS: list[tuple[str, list[str]]] = [
         ],
     ),
     ("engine", ["tunefleet.engine"]),
-    ("public API", ["tunefleet.tuner", "tunefleet"]),
+    ("public API", ["tunefleet.tuner", "tunefleet._run_args", "tunefleet"]),
     (
         "tools",
         [
