@@ -80,10 +80,9 @@ class Trainable:
     def default_resource_request(
         cls, config: dict[str, Any]
     ) -> PlacementGroupFactory | dict[str, Any] | None:
-        """The resources each trial needs (None: one CPU), unless `tune.with_resources` says.
+        """The resources a trial needs (None: one CPU), unless `tune.with_resources` says.
 
-        tunefleet calls it once per experiment with the `param_space`: read constants
-        from `config` (a search domain there is an error naming the key).
+        Called for each trial with its config, as in Ray Tune: trials may differ.
         """
         return None
 
@@ -240,17 +239,21 @@ TrainableLike = Callable[..., Any] | type[Trainable]
 
 
 class _WithResources:
-    """A trainable and the resources each of its trials needs (and its bundles, if any)."""
+    """A trainable and the resources each of its trials needs (and its bundles, if any),
+    or the function of a trial's config that says (`per_config`; `resources` is then the
+    default, one CPU)."""
 
     def __init__(
         self,
         trainable: TrainableLike,
         resources: dict[str, float],
         placement: PlacementGroupFactory | None = None,
+        per_config: Callable[[dict[str, Any]], Any] | None = None,
     ) -> None:
         self.trainable = trainable
         self.resources = resources
         self.placement = placement
+        self.per_config = per_config
         functools.update_wrapper(self, trainable, updated=())
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -283,22 +286,23 @@ def _rebuild_with_parameters(trainable: TrainableLike, params: Any) -> _WithPara
 
 
 def with_resources(
-    trainable: TrainableLike, resources: dict[str, Any] | PlacementGroupFactory
+    trainable: TrainableLike,
+    resources: dict[str, Any] | PlacementGroupFactory | Callable[[dict[str, Any]], Any],
 ) -> Any:
     """Declare what each trial of `trainable` needs: cpu, gpu (fractions share one), memory,
-    custom resources; or a `tune.PlacementGroupFactory` of bundles (multi-worker trials).
+    custom resources; or a `tune.PlacementGroupFactory` of bundles (multi-worker trials);
+    or a function of the trial's config returning either (None: one CPU).
 
     Example:
         >>> tune.with_resources(train, {"cpu": 2, "gpu": 0.5, "memory": "4GB"})  # doctest: +SKIP
+        >>> tune.with_resources(train, lambda config: {"gpu": config["gpus"]})  # doctest: +SKIP
     """
     if isinstance(resources, PlacementGroupFactory):
         _check_trainable(trainable, "tune.with_resources")
         return _WithResources(trainable, resources.totals(), resources)
     if callable(resources) and not isinstance(resources, dict):
-        raise TypeError(
-            "tune.with_resources: resources as a function of the config are not supported; "
-            "pass a dict such as {'cpu': 1, 'gpu': 0}"
-        )
+        _check_trainable(trainable, "tune.with_resources")
+        return _WithResources(trainable, {"cpu": 1.0, "gpu": 0.0}, per_config=resources)
     _check_trainable(trainable, "tune.with_resources")
     return _WithResources(trainable, normalize_resources(resources, "with_resources(resources)"))
 
@@ -370,29 +374,20 @@ def validate_trainable(trainable: Any) -> None:
         )
 
 
-def with_requested_resources(trainable: Any, config: dict[str, Any]) -> Any:
-    """`trainable`, with the resources its class's `default_resource_request(config)` asks
-    for (`config`: the param_space); `tune.with_resources` wins, as in Ray Tune."""
-    inner, resources, _ = unwrap(trainable)
-    if resources is not None or not (inspect.isclass(inner) and issubclass(inner, Trainable)):
-        return trainable
-    try:
-        request = inner.default_resource_request(config)
-    except Exception as exc:
-        raise ValueError(
-            f"{inner.__name__}.default_resource_request(config) raised {exc!r}: tunefleet "
-            "calls it once, with the param_space, so read only constants from config "
-            "(or use tune.with_resources)"
-        ) from exc
-    if request is None:
-        return trainable
-    if not isinstance(request, (dict, PlacementGroupFactory)):
-        raise TypeError(
-            f"{inner.__name__}.default_resource_request() returned a "
-            f"{type(request).__name__}: return a tune.PlacementGroupFactory, a dict such as "
-            "{'cpu': 2, 'gpu': 1}, or None"
-        )
-    return with_resources(trainable, request)
+def resource_request(trainable: Any) -> Callable[[dict[str, Any]], Any] | None:
+    """The function that gives each trial's resources from its config, when they depend on
+    it: the one given to `tune.with_resources`, else the class's own
+    `default_resource_request` (`with_resources` wins, as in Ray Tune). None: every trial
+    asks for `resources_of(trainable)`."""
+    while isinstance(trainable, (_WithResources, _WithParameters)):
+        if isinstance(trainable, _WithResources):
+            return trainable.per_config
+        trainable = trainable.trainable
+    if inspect.isclass(trainable) and issubclass(trainable, Trainable):
+        own = (vars(c) for c in trainable.__mro__ if c is not Trainable)
+        if any("default_resource_request" in names for names in own):
+            return trainable.default_resource_request
+    return None
 
 
 def resources_of(trainable: Any) -> dict[str, float]:

@@ -13,6 +13,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
 
+from tunefleet.resources import PlacementGroupFactory
 from tunefleet.trial import FailureRecord
 
 # A result item marked so is not a new result: it carries a checkpoint of the trial's
@@ -48,6 +49,9 @@ class TrialLaunch:
     # and whether it runs with trial_dir as its working directory (Ray's default).
     log_files: tuple[str, str] = ("stdout.log", "stderr.log")
     chdir: bool = True
+    # Its own bundles, when its resources came from its config as a PlacementGroupFactory
+    # (None: the ones given to `with_resources`, if any).
+    placement: PlacementGroupFactory | None = None
 
 
 class FinishHow(str, enum.Enum):

@@ -138,7 +138,7 @@ class TrialLoop:
             attempt=launch.attempt,
             resources=dict(launch.resources),
             gpu_ids=tuple(start.gpu_ids),
-            placement=self._placement,
+            placement=launch.placement or self._placement,
         )
         session = TrialSession(
             context=context,

@@ -187,7 +187,7 @@ class Controller:
     # -- phase 1: fill free slots ---------------------------------------------------------
     def _fill_slots(self) -> None:
         while self.stop_reason is None and len(self.running) < self.spec.max_concurrent:
-            if self._held_back is None and not self.backend.can_start(self.spec.resources):
+            if self._held_back is None and not self._may_start_one():
                 return
             trial = self._held_back or self._next_trial()
             if trial is None:
@@ -198,6 +198,10 @@ class Controller:
             if self._held_back is not None:
                 return
             self._launch(trial)
+
+    def _may_start_one(self) -> bool:
+        """Whether a trial may fit now (with per-trial resources: only the trial knows)."""
+        return self.spec.per_trial is not None or self.backend.can_start(self.spec.resources)
 
     def _next_trial(self) -> Trial | None:
         if self.waiting.settling:

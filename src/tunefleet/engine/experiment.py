@@ -27,6 +27,7 @@ from tunefleet.engine.resume import (
     tune_config_json,
     was_started,
 )
+from tunefleet.engine.trial_resources import per_trial_resources
 from tunefleet.progress.live import StatusReporter, warnings_shown
 from tunefleet.resources import normalize_resources
 from tunefleet.schedulers import FIFOScheduler, TrialScheduler
@@ -42,7 +43,7 @@ from tunefleet.storage.paths import (
     safe_child,
 )
 from tunefleet.store import ExperimentStore
-from tunefleet.trainable import resources_of, trainable_name, unwrap, with_requested_resources
+from tunefleet.trainable import resource_request, resources_of, trainable_name, unwrap
 from tunefleet.trial import StopCause, Trial
 
 if TYPE_CHECKING:
@@ -79,7 +80,6 @@ def _run(
     from tunefleet.storage.location import parse_storage
     from tunefleet.store._check import DriverLock
 
-    trainable = with_requested_resources(trainable, param_space)  # default_resource_request
     if tune_config.reuse_actors is None:  # Ray Tune's default: reuse for functions only
         inner = unwrap(trainable)[0]
         tune_config = replace(tune_config, reuse_actors=not inspect.isclass(inner))
@@ -207,7 +207,7 @@ def _backend(
         memory_usage_threshold=run_config.failure_config.memory_usage_threshold,
     )
     unfit = backend.unfit_reason(resources_of(trainable))
-    if unfit is not None:
+    if unfit is not None and resource_request(trainable) is None:  # else: checked per trial
         backend.shutdown()
         raise ValueError(
             f"No trial of {trainable_name(trainable)} can ever run on this machine: each {unfit}. "
@@ -241,7 +241,7 @@ def _meta(
         "scheduler": type(tune_config.scheduler or FIFOScheduler()).__name__,
         "stop": run_config.stop if isinstance(run_config.stop, dict) else None,
         "stop_kind": stop_kind(run_config.stop),
-        "resources_per_trial": resources_of(trainable),
+        "resources_per_trial": None if resource_request(trainable) else resources_of(trainable),
         "id_prefix": new_id_prefix(),
         "tune_config": tune_config_json(tune_config),
         "run_config": run_config_json(run_config),
@@ -281,6 +281,7 @@ def _spec(
 ) -> ExperimentSpec:
     ckpt, failures = run_config.checkpoint_config, run_config.failure_config
     resources = resources_of(trainable)
+    per_trial = per_trial_resources(trainable, backend.unfit_reason)
     return ExperimentSpec(
         name=name,
         path=path,
@@ -289,7 +290,7 @@ def _spec(
         metric=tune_config.metric,
         mode=tune_config.mode,
         num_samples=tune_config.num_samples,
-        max_concurrent=_max_concurrent(tune_config, backend, resources),
+        max_concurrent=_max_concurrent(tune_config, backend, None if per_trial else resources),
         time_budget_s=tune_config.time_budget_s,
         max_failures=failures.max_failures,
         node_loss_counts=failures.node_loss_counts,
@@ -309,6 +310,7 @@ def _spec(
         id_prefix=prefix,
         log_files=trial_log_files(run_config.log_to_file, "RunConfig.log_to_file"),
         chdir_to_trial_dir=chdir_to_trial_dir(),
+        per_trial=per_trial,
     )
 
 
@@ -412,13 +414,15 @@ def _scheduler(tune_config: TuneConfig) -> TrialScheduler:
     return scheduler
 
 
-def _max_concurrent(tune_config: TuneConfig, backend: Backend, resources: dict[str, float]) -> int:
+def _max_concurrent(
+    tune_config: TuneConfig, backend: Backend, resources: dict[str, float] | None
+) -> int:
     """How many trials at once: what fits, capped by max_concurrent_trials.
 
-    A cluster that grows and shrinks (the Ray backend) has no fixed limit: the backend
-    says what fits now (`can_start`).
+    A cluster that grows and shrinks (the Ray backend), or trials whose resources differ
+    (`resources` None), have no fixed limit: the backend says what fits now (`can_start`).
     """
-    if backend.elastic:
+    if backend.elastic or resources is None:
         return tune_config.max_concurrent_trials or sys.maxsize
     capacity = backend.capacity()
     fits = math.inf

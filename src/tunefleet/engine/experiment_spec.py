@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from tunefleet.engine.trial_resources import TrialResources
 from tunefleet.trial import Trial
 
 
@@ -20,7 +21,7 @@ class ExperimentSpec:
     name: str
     path: str
     trainable_name: str
-    resources: dict[str, float]
+    resources: dict[str, float]  # each trial's, unless `per_trial` says
     metric: str | list[str] | None = None  # a list: several objectives
     mode: str | list[str] | None = None
     num_samples: int = 1
@@ -46,3 +47,4 @@ class ExperimentSpec:
     storage_filesystem: Any = None  # the fsspec filesystem reaching it (for the trial side)
     log_files: tuple[str, str] = ("stdout.log", "stderr.log")  # RunConfig.log_to_file
     chdir_to_trial_dir: bool = True  # trials run in their folders (RAY_CHDIR_TO_TRIAL_DIR)
+    per_trial: TrialResources | None = None  # resources from each trial's config, if they vary

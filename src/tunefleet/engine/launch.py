@@ -16,13 +16,14 @@ from tunefleet.trial import Trial
 
 
 def new_trial(spec: ExperimentSpec, trial_id: str, index: int, config: dict[str, Any]) -> Trial:
-    """The record of a suggested config: its name and folder (the user's creators first)."""
+    """The record of a suggested config: its name and folder (the user's creators first),
+    its resources (`spec.per_trial` refuses ones that are not valid or never fit)."""
     trial = Trial(
         trial_id=trial_id,
         index=index,
         name=f"{spec.trainable_name}_{trial_id}",
         config=config,
-        resources=dict(spec.resources),
+        resources=spec.per_trial.of(trial_id, config) if spec.per_trial else dict(spec.resources),
         path="",
         trainable_name=spec.trainable_name,
     )
@@ -44,6 +45,8 @@ def trial_launch(
     checkpoints go in remote storage (None: its folder). Makes the trial's folder.
     """
     restored = bool(trial.latest_checkpoint)
+    per_trial = spec.per_trial
+    placement = per_trial.placement(trial.trial_id, trial.config) if per_trial else None
     # Its folder exists from now, as in Ray Tune: on_trial_start callbacks open files there.
     os.makedirs(trial.path, exist_ok=True)
     return TrialLaunch(
@@ -52,6 +55,7 @@ def trial_launch(
         name=trial.name,
         config=trial.config,
         resources=trial.resources,
+        placement=placement,
         trial_dir=trial.path,
         attempt=trial.attempt,
         checkpoint=trial.latest_checkpoint,

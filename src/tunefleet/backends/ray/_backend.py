@@ -171,9 +171,12 @@ class RayBackend(PoolBackend[_Actor]):
                     break
         return True
 
-    def _bundles(self, resources: dict[str, float]) -> PlacementGroupFactory | None:
-        """The trial's placement group factory, unless it was resized since (one bundle then)."""
-        placement = self._placement
+    def _bundles(
+        self, resources: dict[str, float], own: PlacementGroupFactory | None = None
+    ) -> PlacementGroupFactory | None:
+        """The trial's placement group factory (`own`: its config's, else the one given to
+        `with_resources`), unless it was resized since (one bundle then)."""
+        placement = own or self._placement
         if placement is None or shape_of(placement.totals()) != shape_of(resources):
             return None
         return placement
@@ -209,7 +212,7 @@ class RayBackend(PoolBackend[_Actor]):
             None,
         )
         if actor is None:
-            actor = self._spawn(launch.resources, shape)
+            actor = self._spawn(launch.resources, shape, launch.placement)
         self._assign(actor, launch, running=True)
         start = Start(launch)  # the actor adds the GPU ids Ray gave it
         if actor.events_ref is None:  # an idle actor: the start rides on its events() call
@@ -218,8 +221,10 @@ class RayBackend(PoolBackend[_Actor]):
         else:
             self._send(actor, start)
 
-    def _spawn(self, resources: dict[str, float], shape: Shape) -> _Actor:
-        placement, group = self._bundles(resources), None
+    def _spawn(
+        self, resources: dict[str, float], shape: Shape, given: PlacementGroupFactory | None = None
+    ) -> _Actor:
+        placement, group = self._bundles(resources, given), None
         own = resources
         if placement is not None:  # the actor takes bundle 0; what it starts, the others
             from ray.util.placement_group import placement_group
