@@ -202,3 +202,76 @@ def test_allocation_dict_resizes_the_trial(resized):
 
 def test_resized_trial_resumes_from_its_checkpoint(resized):
     assert list(resized[0].metrics_dataframe["training_iteration"]) == [1, 2, 3]
+
+
+# -- resources as a function of the trial's config -----------------------------------------
+
+
+def report_cpu_and_gpu(config):
+    resources = tune.get_context().get_trial_resources()
+    required = resources.required_resources
+    train.report(
+        {
+            "cpu": required.get("CPU", 0.0),
+            "gpu": required.get("GPU", 0.0),
+            "n": len(resources.bundles),
+        }
+    )
+
+
+@pytest.fixture(scope="module")
+def per_config(tmp_path_factory):
+    tuner = tune.Tuner(
+        tune.with_resources(
+            report_cpu_and_gpu,
+            resources=lambda config: {"GPU": 1} if config["use_gpu"] else {"GPU": 0},
+        ),
+        param_space={"use_gpu": False},  # the guide's example, on a machine without GPUs
+        run_config=RunConfig(storage_path=str(tmp_path_factory.mktemp("fn")), verbose=0),
+    )
+    return tuner.fit()
+
+
+def test_resources_from_a_function_of_the_config(per_config):
+    assert per_config.num_errors == 0
+    assert per_config[0].metrics["gpu"] == 0.0
+
+
+def cpus_or_bundles(config):
+    if config["cpus"] == 2:
+        return tune.PlacementGroupFactory([{"CPU": 1}, {"CPU": 1}])
+    return {"CPU": config["cpus"]}
+
+
+@pytest.fixture(scope="module")
+def varying(tmp_path_factory):
+    tuner = tune.Tuner(
+        tune.with_resources(report_cpu_and_gpu, resources=cpus_or_bundles),
+        param_space={"cpus": tune.grid_search([0.5, 1, 2])},
+        run_config=RunConfig(storage_path=str(tmp_path_factory.mktemp("vary")), verbose=0),
+    )
+    return tuner.fit()
+
+
+def test_each_trial_gets_what_its_config_asks(varying):
+    assert varying.num_errors == 0
+    got = sorted((r.config["cpus"], r.metrics["cpu"], r.metrics["n"]) for r in varying)
+    assert got == [(0.5, 0.5, 1), (1, 1.0, 1), (2, 2.0, 2)]
+
+
+class PerTrialRequest(tune.Trainable):
+    @classmethod
+    def default_resource_request(cls, config):
+        return PlacementGroupFactory([{"CPU": config["cpus"]}])
+
+    def step(self):
+        return {"cpus": self.trial_resources.required_resources["CPU"], "done": True}
+
+
+def test_default_resource_request_gets_each_trials_config(tmp_path):
+    grid = tune.Tuner(
+        PerTrialRequest,
+        param_space={"cpus": tune.grid_search([0.5, 1])},
+        run_config=RunConfig(storage_path=str(tmp_path), verbose=0),
+    ).fit()
+    assert sorted((r.config["cpus"], r.metrics["cpus"]) for r in grid) == [(0.5, 0.5), (1, 1.0)]
