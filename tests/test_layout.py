@@ -25,6 +25,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "tunefleet._metrics",
             "tunefleet._redact",
             "tunefleet._params_ref",
+            "tunefleet._error",  # TuneError, raised below the tuner too
             "tunefleet.trial",
             "tunefleet.resources",
             "tunefleet.space",
@@ -60,7 +61,16 @@ LAYERS: list[tuple[str, list[str]]] = [
         ],
     ),
     ("engine", ["tunefleet.engine"]),
-    ("public API", ["tunefleet.tuner", "tunefleet._run_args", "tunefleet"]),
+    (
+        "public API",
+        [
+            "tunefleet.tuner",
+            "tunefleet._run_args",
+            "tunefleet._registry",  # tune.register_trainable; names resolved by the tuner
+            "tunefleet._experiments",  # tune.Experiment, tune.run_experiments (via run)
+            "tunefleet",
+        ],
+    ),
     (
         "tools",
         [

@@ -14,7 +14,9 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from tunefleet._experiments import Experiment, run_experiments
 from tunefleet._redact import RedactingFilter, Secret
+from tunefleet._registry import register_trainable
 from tunefleet._version import __version__
 from tunefleet.callbacks import Callback
 from tunefleet.config import CheckpointConfig, FailureConfig, RunConfig, SyncConfig, TuneConfig
@@ -79,6 +81,7 @@ __all__ = [
     "Callback",
     "Checkpoint",
     "CheckpointConfig",
+    "Experiment",
     "ExperimentAnalysis",
     "FailureConfig",
     "FailureKind",
@@ -114,8 +117,10 @@ __all__ = [
     "quniform",
     "randint",
     "randn",
+    "register_trainable",
     "report",
     "run",
+    "run_experiments",
     "sample_from",
     "uniform",
     "with_parameters",

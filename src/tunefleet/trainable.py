@@ -347,7 +347,21 @@ def placement_of(trainable: Any) -> PlacementGroupFactory | None:
     return None
 
 
+class _Registered(_WithParameters):
+    """A trainable given by the name `tune.register_trainable` gave it: its trials and
+    its experiment are named after that name, as in Ray Tune."""
+
+    def __init__(self, trainable: TrainableLike, name: str) -> None:
+        super().__init__(trainable, {})
+        self.registered_name = name
+
+
 def trainable_name(trainable: Any) -> str:
+    layer = trainable
+    while isinstance(layer, (_WithResources, _WithParameters)):
+        if isinstance(layer, _Registered):
+            return layer.registered_name
+        layer = layer.trainable
     inner, _, _ = unwrap(trainable)
     name = getattr(inner, "__name__", None) or type(inner).__name__
     return str(name)
@@ -358,8 +372,8 @@ def validate_trainable(trainable: Any) -> None:
     inner, _, _ = unwrap(trainable)
     if isinstance(inner, str):
         raise TypeError(
-            f"trainable={inner!r}: registered trainable names are not supported; "
-            "pass the function or the tune.Trainable subclass itself"
+            f"trainable={inner!r}: a trainable name is resolved by tune.Tuner, tune.run "
+            "and tune.Experiment only; pass the function or the tune.Trainable subclass"
         )
     if inspect.isclass(inner):
         if not issubclass(inner, Trainable):

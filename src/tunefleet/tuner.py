@@ -10,6 +10,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tunefleet._error import TuneError
+from tunefleet._registry import resolve_trainable
 from tunefleet._run_args import (
     chdir_argument,
     env_set,
@@ -34,10 +36,6 @@ if TYPE_CHECKING:  # loaded when used: `import tunefleet` stays light (no pandas
     from tunefleet.results import ExperimentAnalysis, ResultGrid
 
 logger = logging.getLogger("tunefleet")
-
-
-class TuneError(Exception):
-    """An experiment-level failure (e.g. trials failed and raise_on_failed_trial=True)."""
 
 
 class Tuner:
@@ -67,6 +65,7 @@ class Tuner:
         tune_config: TuneConfig | None = None,
         run_config: RunConfig | None = None,
     ) -> None:
+        trainable = resolve_trainable(trainable, "Tuner(trainable=...)")
         validate_trainable(trainable)
         _check_picklable(trainable)
         self.trainable = trainable
@@ -179,6 +178,7 @@ class Tuner:
         """
         from tunefleet.engine.resume import prepare_resume
 
+        trainable = resolve_trainable(trainable, "Tuner.restore(trainable=...)")
         validate_trainable(trainable)
         if storage_filesystem is None and run_config is not None and is_url(os.fspath(path)):
             storage_filesystem = run_config.storage_filesystem
@@ -390,7 +390,7 @@ def run(
         keep_checkpoints_num=keep_checkpoints_num,
         checkpoint_score_attr=checkpoint_score_attr,
     )
-    trainable = run_or_experiment
+    trainable = resolve_trainable(run_or_experiment, "tune.run(run_or_experiment=...)")
     if resources_per_trial is not None:
         trainable = with_resources(trainable, resources_per_trial)
     tuner = Tuner(

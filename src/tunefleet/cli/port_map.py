@@ -54,6 +54,8 @@ MODULES: dict[str, str] = {
     "ray.tune.trainable.util": "tunefleet.trainable",
     "ray.tune.experiment": "tunefleet.trial",
     "ray.tune.experiment.trial": "tunefleet.trial",
+    "ray.tune.experiment.experiment": "tunefleet",  # tune.Experiment
+    "ray.tune.registry": "tunefleet",  # tune.register_trainable
     "ray.tune.execution.placement_groups": "tunefleet.resources",
     # what a ResourceChangingScheduler allocation function gets as its first argument
     "ray.tune.execution.tune_controller": "tunefleet.schedulers",
@@ -104,6 +106,7 @@ NAMES: dict[tuple[str, str], tuple[str, str]] = {
         "RecursiveDependencyError",
     ),
     ("ray.tune.callback", "CallbackList"): ("tunefleet.callbacks", "CallbackList"),
+    ("ray.tune.experiment", "Experiment"): ("tunefleet", "Experiment"),
     ("ray.tune.integration.keras", "ReportCheckpointCallback"): (
         "tunefleet.integration.keras",
         "TuneReportCheckpointCallback",
