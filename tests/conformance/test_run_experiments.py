@@ -98,9 +98,13 @@ def test_experiment_list(tmp_path):
 
 
 def test_function_and_class_given_directly_are_registered():
-    trials = run_experiments({"foo": {"run": count_to_99}, "bar": {"run": OneStep}}, verbose=0)
+    trials = run_experiments(
+        {"foo": {"run": count_to_99}, "bar": {"run": OneStep, "resources_per_trial": {"cpu": 1}}},
+        verbose=0,
+    )
     assert [t.status for t in trials] == [Trial.TERMINATED, Trial.TERMINATED]
     assert [t.trainable_name for t in trials] == ["count_to_99", "OneStep"]
+    assert trials[1].placement_group_factory.required_resources["CPU"] == 1
 
 
 def test_checkpoint_at_end():
