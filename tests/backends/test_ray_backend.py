@@ -154,6 +154,20 @@ def test_a_placement_group_trial_runs_its_workers_in_its_bundles(
     assert second - first >= 0.5, "the trials ran one after the other: each holds both CPUs"
 
 
+def test_a_placement_group_from_the_config_is_the_trials_own(local_ray: None, storage: str) -> None:
+    """`with_resources(trainable, lambda config: PlacementGroupFactory(...))`: each trial
+    gets its config's bundles (its task runs in bundle 1)."""
+    grid = tune.Tuner(
+        tune.with_resources(
+            data_parallel,
+            lambda config: tune.PlacementGroupFactory([{"cpu": config["head"]}, {"cpu": 1}]),
+        ),
+        param_space={"workers": 1, "x": 1, "head": tune.grid_search([0.5, 1])},
+        run_config=tune.RunConfig(storage_path=storage, backend="ray", verbose=0),
+    ).fit()
+    assert all(r.error is None and metrics_of(r)["in_group"] for r in grid)
+
+
 def test_placement_group_factory_errors_name_the_value() -> None:
     with pytest.raises(ValueError, match=r"strategy='SIDEWAYS'.*PACK, SPREAD"):
         tune.PlacementGroupFactory([{"cpu": 1}], strategy="SIDEWAYS")
