@@ -134,12 +134,39 @@ def test_indented_and_parenthesized_imports() -> None:
     assert text(source) == same(
         """\
         def f():
-            from tunefleet import Tuner, TuneConfig
+            from tunefleet import (
+                Tuner,  # the tuner
+                TuneConfig,
+            )
             import tunefleet as train
             import tunefleet as tune
             return Tuner
         """
     )
+
+
+def test_a_parenthesized_import_split_across_modules_keeps_one_name_a_line() -> None:
+    ported = port(
+        """\
+        if True:
+            from ray.tune.logger import (  # loggers
+                CSVLoggerCallback,
+                NotALogger,
+                JsonLoggerCallback,
+            )
+        """
+    )
+    assert ported.text == same(
+        """\
+        if True:
+            from tunefleet.logger import (
+                CSVLoggerCallback,
+                JsonLoggerCallback,
+            )
+            from ray.tune.logger import NotALogger
+        """
+    )
+    assert [u.line for u in ported.unported] == [2]
 
 
 # -- attribute chains -----------------------------------------------------------------------
@@ -489,3 +516,177 @@ def test_tune_controller_annotation_import_is_the_cluster_view() -> None:
     assert ported.unported == []
     assert "from tunefleet import schedulers as tune_controller\n" in ported.text
     assert "    from tunefleet.schedulers import Cluster as TuneController\n" in ported.text
+
+
+# -- Ray's own examples and tests: the forms they use ---------------------------------------
+@pytest.mark.parametrize(
+    ("ray", "ours"),
+    [
+        # a sub-module of a Ray package holds the package's names
+        (
+            "from ray.tune.search.optuna.optuna_search import OptunaSearch\n",
+            "from tunefleet.search import OptunaSearch\n",
+        ),
+        (
+            "from ray.tune.stopper.trial_plateau import TrialPlateauStopper\n",
+            "from tunefleet.stopper import TrialPlateauStopper\n",
+        ),
+        (
+            "from ray.tune.utils.util import flatten_dict\n",
+            "from tunefleet.utils import flatten_dict\n",
+        ),
+        ("from ray.tune.utils import flatten_dict\n", "from tunefleet.utils import flatten_dict\n"),
+        # Ray modules that re-export names tunefleet has
+        (
+            "from ray.air.constants import TRAINING_ITERATION\n",
+            "from tunefleet.result import TRAINING_ITERATION\n",
+        ),
+        (
+            "from ray.train.constants import TIME_TOTAL_S\n",
+            "from tunefleet.result import TIME_TOTAL_S\n",
+        ),
+        (
+            "from ray.tune.progress_reporter import CLIReporter\n",
+            "from tunefleet import CLIReporter\n",
+        ),
+        ("from ray.tune.syncer import SyncConfig\n", "from tunefleet import SyncConfig\n"),
+        (
+            "from ray.tune.context import get_context\n",
+            "from tunefleet.session import get_context\n",
+        ),
+        ("import ray.cloudpickle as cloudpickle\n", "import cloudpickle\n"),
+        ("from ray.cloudpickle import dumps\n", "from cloudpickle import dumps\n"),
+        # Ray 2.0-2.2's deprecated aliases
+        (
+            "from ray.tune.suggest.hyperopt import HyperOptSearch\n",
+            "from tunefleet.search import HyperOptSearch\n",
+        ),
+        (
+            "from ray.tune.suggest import ConcurrencyLimiter\n",
+            "from tunefleet.search import ConcurrencyLimiter\n",
+        ),
+    ],
+)
+def test_ray_module_paths_that_hold_names_tunefleet_has(ray: str, ours: str) -> None:
+    assert text(ray) == ours
+
+
+def test_a_chain_through_a_sub_module_and_a_name_that_is_not_a_module() -> None:
+    source = """\
+    from ray import tune
+
+    a = tune.search.optuna.optuna_search.OptunaSearch
+    b = tune.search.optuna.OptunaSearch.convert_search_space
+    c = tune.utils.flatten_dict({})
+    """
+    assert text(source) == same(
+        """\
+        import tunefleet as tune
+
+        a = tune.search.OptunaSearch
+        b = tune.search.OptunaSearch.convert_search_space
+        c = tune.utils.flatten_dict({})
+        """
+    )
+
+
+@pytest.mark.parametrize(
+    ("code", "says"),
+    [
+        ("from ray.train.torch import TorchTrainer", "Ray Train's distributed trainers"),
+        ("from ray.train import ScalingConfig", "Ray Train's distributed trainers"),
+        ("from ray.air.config import ScalingConfig", "Ray Train's distributed trainers"),
+        ("from ray.train.lightning import RayDDPStrategy", "Ray Train's distributed trainers"),
+        ("from ray.data import Dataset", "Ray Data"),
+        ("from ray.rllib.algorithms.ppo import PPO", "RLlib"),
+        ("from ray.tune.examples.mnist_pytorch import ConvNet", "ray.tune.examples"),
+        ("from ray.tune.execution.tune_controller import logger", "internal module"),
+        ("from ray.train._internal.session import get_session", "Ray internal"),
+        ("from ray.util.annotations import PublicAPI", "ray.util"),
+        ("from ray.exceptions import RayActorError", "Result.error"),
+        ("from ray.tune.logger import JsonLogger", "JsonLoggerCallback"),
+        ("from ray.tune.trainable import wrap_function", "write a tune.Trainable"),
+        ("from ray.tune.syncer import Syncer", "storage_filesystem"),
+        ("from ray.tune.search.skopt import SkOptSearch", "ray.tune.search.skopt.SkOptSearch"),
+    ],
+)
+def test_each_unported_name_says_why(code: str, says: str) -> None:
+    ported = port_source(code + "\n")
+    assert ported.text == code + "\n"
+    [item] = ported.unported
+    assert says in item.reason
+
+
+def test_ray_version_is_not_called_an_internal() -> None:
+    [item] = port_source("import ray\n\nprint(ray.__version__)\n").unported
+    assert "internal" not in item.reason
+    assert "ray.__version__" in item.reason
+
+
+def test_one_entry_per_line_and_reason() -> None:
+    ported = port_source("import ray\n\nrefs = [ray.put(1), ray.put(2)]\n")
+    assert [(u.line, u.code) for u in ported.unported] == [(3, "refs = [ray.put(1), ray.put(2)]")]
+
+
+def test_an_optional_ray_import_and_type_checking_imports() -> None:
+    source = """\
+    from typing import TYPE_CHECKING
+
+    try:
+        import ray
+        from ray import tune
+    except ImportError:
+        ray = tune = None
+
+    if TYPE_CHECKING:
+        import ray.tune
+        from ray.tune.experiment import Trial
+    """
+    assert text(source) == same(
+        """\
+        from typing import TYPE_CHECKING
+
+        try:
+            import tunefleet as tune
+        except ImportError:
+            ray = tune = None
+
+        if TYPE_CHECKING:
+            from tunefleet.trial import Trial
+        """
+    )
+
+
+def test_import_ray_submodule_becomes_import_ray_while_ray_core_stays() -> None:
+    source = """\
+    import ray.tune
+    import ray.data
+
+    ray.tune.run(lambda config: None)
+    ray.get([])
+    """
+    ported = port(source)
+    assert ported.text == same(
+        """\
+        import ray
+        import tunefleet
+        import ray.data
+
+        tunefleet.run(lambda config: None)
+        ray.get([])
+        """
+    )
+    assert [u.line for u in ported.unported] == [2, 5]
+    assert "Ray Data" in ported.unported[0].reason
+    kept = port_source("import ray.tune\n\nray.tune.NotATuneName()\n")
+    assert kept.text == "import ray.tune\n\nray.tune.NotATuneName()\n"
+
+
+def test_every_local_ray_init_form_is_removed() -> None:
+    source = """\
+    import ray
+
+    ray.init(num_cpus=2, local_mode=True, ignore_reinit_error=True, log_to_driver=False)
+    ray.init(num_cpus=4, num_gpus=0, include_dashboard=False, object_store_memory=10**8)
+    """
+    assert text(source) == same("\n")

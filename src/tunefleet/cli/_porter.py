@@ -7,19 +7,20 @@ offsets), so everything outside a changed span stays as written.
 from __future__ import annotations
 
 import ast
-import functools
-import importlib
-import importlib.util
+import re
 from dataclasses import dataclass, field
 
-from tunefleet.cli.port_map import (
-    ATTRIBUTE_MODULES,
-    INIT_KEPT_KEYWORDS,
-    LOCAL_ADDRESSES,
-    MODULES,
-    NAMES,
-    UNPORTED_REASONS,
+from tunefleet.cli._port_lookup import (
+    counterpart,
+    exists,
+    from_import,
+    is_ray,
+    module_of,
+    no_counterpart,
 )
+from tunefleet.cli.port_map import ATTRIBUTE_MODULES, INIT_KEPT_KEYWORDS, LOCAL_ADDRESSES
+
+_FROM_MODULE = re.compile(rb"from[\s\\]+([\w.\s\\]*?)[\s\\]+import\b")
 
 
 @dataclass(frozen=True)
@@ -37,31 +38,6 @@ class Ported:
 
     text: str
     unported: list[Unported] = field(default_factory=list)
-
-
-def _is_ray(module: str | None) -> bool:
-    return module is not None and (module == "ray" or module.startswith("ray."))
-
-
-@functools.cache
-def _exists(module: str, name: str | None = None) -> bool:
-    """Whether tunefleet has `module` (and `name` in it); a missing framework is trusted."""
-    try:
-        mod = importlib.import_module(module)
-    except ModuleNotFoundError as exc:
-        missing = exc.name or ""
-        return not (missing == module or module.startswith(missing + "."))
-    except ImportError:  # the module needs a framework that is not installed here
-        return True
-    if name is None or hasattr(mod, name):
-        return True
-    return hasattr(mod, "__path__") and importlib.util.find_spec(f"{module}.{name}") is not None
-
-
-def _target(ray_module: str, name: str) -> tuple[str, str] | None:
-    """Where `ray_module.name` lives in tunefleet, or None if tunefleet has no such name."""
-    module, new_name = NAMES.get((ray_module, name), (MODULES[ray_module], name))
-    return (module, new_name) if _exists(module, new_name) else None
 
 
 def _local_names(function: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) -> set[str]:
@@ -86,13 +62,6 @@ def _local_names(function: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) 
     return names - declared
 
 
-def _no_counterpart(ray_path: str) -> str:
-    first = ray_path.split(".")[1] if "." in ray_path else ray_path
-    if ray_path.count(".") == 1 and first in UNPORTED_REASONS:
-        return UNPORTED_REASONS[first]
-    return f"tunefleet has no counterpart of {ray_path}"
-
-
 class Porter:
     """One source text being ported: `run` returns the result."""
 
@@ -109,10 +78,12 @@ class Porter:
         self.unported: list[Unported] = []
         self.bindings: dict[str, str] = {}  # name -> the Ray module it is bound to
         self.ray_left = 0  # uses of the name `ray` that stay
+        self.ray_paths: set[str] = set()  # the dotted Ray paths those uses name
         self.extra_imports: list[str] = []
         self.dropped: set[int] = set()  # ids of statements removed
         self.blocks: dict[int, list[ast.stmt]] = {}
         self.existing_imports: set[str] = set()
+        self.plain_ray_import = False  # the program has `import ray`
 
     # -- positions and edits ---------------------------------------------------------------
     def _offset(self, line: int, col: int) -> int:
@@ -131,7 +102,14 @@ class Porter:
 
     def _note(self, node: ast.expr | ast.stmt, reason: str) -> None:
         code = self.source.splitlines()[node.lineno - 1].strip()
-        self.unported.append(Unported(line=node.lineno, reason=reason, code=code))
+        item = Unported(line=node.lineno, reason=reason, code=code)
+        if item not in self.unported:  # `[ray.put(a), ray.put(b)]`: one line, one entry
+            self.unported.append(item)
+
+    def _keep_ray(self, path: str) -> None:
+        """A use of the name `ray` (naming `path`) stays as written."""
+        self.ray_left += 1
+        self.ray_paths.add(path)
 
     # -- the passes ------------------------------------------------------------------------
     def run(self) -> Ported:
@@ -151,18 +129,19 @@ class Porter:
                         self.blocks[id(stmt)] = block
             if isinstance(node, ast.Import):
                 for alias in node.names:
-                    if not _is_ray(alias.name):
+                    if not is_ray(alias.name):
                         if alias.asname is None:
                             self.existing_imports.add(alias.name)
                     elif alias.asname is not None:
-                        if alias.name in MODULES:
+                        if module_of(alias.name) is not None:
                             self.bindings[alias.asname] = alias.name
                     else:
                         self.bindings["ray"] = "ray"
-            elif isinstance(node, ast.ImportFrom) and node.level == 0 and _is_ray(node.module):
+                        self.plain_ray_import |= alias.name == "ray"
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and is_ray(node.module):
                 for alias in node.names:
                     full = f"{node.module}.{alias.name}"
-                    if full in MODULES:
+                    if module_of(full) is not None:
                         self.bindings[alias.asname or alias.name] = full
 
     def _ray_call(self, node: ast.expr, names: tuple[str, ...]) -> str | None:
@@ -239,8 +218,9 @@ class Porter:
                 self._port_chain(root, chain[::-1])
                 return
         elif isinstance(node, ast.Name) and self._bound(node.id, shadowed) == "ray":
-            self.ray_left += 1
-            self._note(node, "the Ray module used as a value has no tunefleet counterpart")
+            if isinstance(node.ctx, ast.Load):  # not `ray = None` after a failed import
+                self._keep_ray("ray")
+                self._note(node, "the Ray module used as a value has no tunefleet counterpart")
             return
         for child in ast.iter_child_nodes(node):
             self._visit(child, shadowed)
@@ -254,24 +234,27 @@ class Porter:
         base = self.bindings[root.id]
         attrs = [a.attr for a in chain]
         depth = len(attrs)  # the number of attributes that name a Ray module
-        while depth >= 0 and ".".join([base, *attrs[:depth]]) not in MODULES:
+        while depth >= 0 and (
+            module_of(".".join([base, *attrs[:depth]]), guess=depth < len(attrs)) is None
+        ):
             depth -= 1
         if depth < 0:
-            self.ray_left += 1
-            self._note(root, _no_counterpart(".".join([base, *attrs[:1]])))
+            self._keep_ray(".".join([base, *attrs]))
+            self._note(root, no_counterpart(".".join([base, *attrs[:1]])))
             return
         ray_module = ".".join([base, *attrs[:depth]])
         if depth == len(attrs):
-            module, node, path = MODULES[ray_module], chain[-1], MODULES[ray_module]
+            module = path = module_of(ray_module, guess=False) or ""
+            node = chain[-1]
         else:
-            found = _target(ray_module, attrs[depth])
+            found = counterpart(ray_module, attrs[depth])
             if found is None:
                 if base == "ray":
-                    self.ray_left += 1
-                self._note(root, _no_counterpart(f"{ray_module}.{attrs[depth]}"))
+                    self._keep_ray(".".join([base, *attrs]))
+                self._note(root, no_counterpart(f"{ray_module}.{attrs[depth]}"))
                 return
             module, node, path = found[0], chain[depth], ".".join(found)
-        bound = MODULES.get(base)
+        bound = module_of(base)
         if bound is not None and path.startswith(bound + "."):
             text = root.id + path[len(bound) :]
             if module != bound and module not in ATTRIBUTE_MODULES:
@@ -296,10 +279,10 @@ class Porter:
         statements.sort(key=lambda n: (n.lineno, n.col_offset))
         for stmt in statements:
             if isinstance(stmt, ast.Import):
-                if not any(_is_ray(a.name) for a in stmt.names):
+                if not any(is_ray(a.name) for a in stmt.names):
                     continue
                 lines = self._port_import(stmt)
-            elif stmt.level == 0 and _is_ray(stmt.module):
+            elif stmt.level == 0 and is_ray(stmt.module):
                 lines = self._port_import_from(stmt)
             else:
                 continue
@@ -329,18 +312,27 @@ class Porter:
         changed = False
         for alias in stmt.names:
             original = alias.name + (f" as {alias.asname}" if alias.asname else "")
-            if not _is_ray(alias.name):
+            ours = module_of(alias.name)
+            if not is_ray(alias.name):
                 lines.append(f"import {original}")
-            elif alias.asname is None:
-                if self.ray_left:
+            elif alias.asname is not None and ours is not None and exists(ours):
+                named = "" if ours == alias.asname else f" as {alias.asname}"
+                lines.append(f"import {ours}{named}")
+                changed = True
+            elif alias.asname is None and (alias.name == "ray" or ours is not None):
+                # `import ray.tune` binds `ray`: it stays while a use of `ray` stays
+                used = any(
+                    p == alias.name or p.startswith(alias.name + ".") for p in self.ray_paths
+                )
+                if self.ray_left and (used or alias.name == "ray"):
                     lines.append(f"import {original}")
+                elif self.ray_left and not self.plain_ray_import:
+                    lines.append("import ray")
+                    changed = True
                 else:
                     changed = True
-            elif alias.name in MODULES and _exists(MODULES[alias.name]):
-                lines.append(f"import {MODULES[alias.name]} as {alias.asname}")
-                changed = True
             else:
-                self._note(stmt, _no_counterpart(alias.name))
+                self._note(stmt, no_counterpart(alias.name))
                 lines.append(f"import {original}")
         if not changed:
             return None
@@ -354,33 +346,36 @@ class Porter:
     def _port_import_from(self, stmt: ast.ImportFrom) -> list[str] | None:
         """`from ray import tune`, `from ray.tune import X, Y as Z`; None if unchanged."""
         module = stmt.module or ""
+        ours = module_of(module)
         groups: dict[str, list[str]] = {}  # "from M import" -> names, in order
         kept: list[str] = []
+        originals: list[str] = []
         for alias in stmt.names:
             bound = alias.asname or alias.name
             original = alias.name + (f" as {alias.asname}" if alias.asname else "")
+            originals.append(original)
             full = f"{module}.{alias.name}"
-            if full in MODULES and _exists(MODULES[full]):
-                target = MODULES[full]
-                if "." not in target:
-                    groups.setdefault(f"import {target} as {bound}", [])
+            sub = module_of(full, guess=False)  # `from ray.tune import search`
+            if sub is not None and exists(sub):
+                if "." not in sub:
+                    groups.setdefault(f"import {sub} as {bound}", [])
                     continue
-                parent, last = target.rsplit(".", 1)
+                parent, last = sub.rsplit(".", 1)
                 groups.setdefault(f"from {parent} import", []).append(
                     last if last == bound else f"{last} as {bound}"
                 )
                 continue
-            found = None
-            if module in MODULES:
-                found = _exists(MODULES[module]) and (
-                    alias.name == "*" or _target(module, alias.name)
-                )
+            found = (
+                ours is not None
+                and exists(ours)
+                and (alias.name == "*" or counterpart(module, alias.name))
+            )
             if not found:
-                self._note(stmt, _no_counterpart(full if alias.name != "*" else module))
+                self._note(stmt, no_counterpart(full if alias.name != "*" else module))
                 kept.append(original)
                 continue
             if alias.name == "*":
-                groups.setdefault(f"from {MODULES[module]} import", []).append("*")
+                groups.setdefault(f"from {ours} import", []).append("*")
                 continue
             assert isinstance(found, tuple)
             new_module, new_name = found
@@ -389,10 +384,26 @@ class Porter:
             )
         if not groups:
             return None
-        lines = [f"{head} {', '.join(names)}" if names else head for head, names in groups.items()]
         if kept:
-            lines.append(f"from {module} import {', '.join(kept)}")
-        return lines
+            groups[f"from {module} import"] = kept
+        heads = list(groups)
+        if len(heads) == 1 and heads[0].startswith("from ") and groups[heads[0]] == originals:
+            renamed = self._rename_module(stmt, heads[0].split()[1])
+            if renamed is not None:
+                return [renamed]
+        start, _ = self._span(stmt)
+        written = self.data[self.line_starts[stmt.lineno - 1] : start].decode("utf-8")
+        indent = written if stmt.end_lineno != stmt.lineno and not written.strip() else None
+        return [from_import(head, names, indent) for head, names in groups.items()]
+
+    def _rename_module(self, stmt: ast.ImportFrom, new: str) -> str | None:
+        """`stmt`'s text with only its module changed, as written (parentheses, comments)."""
+        start, end = self._span(stmt)
+        text = self.data[start:end]
+        match = _FROM_MODULE.match(text)
+        if match is None or re.sub(rb"[\s\\]", b"", match.group(1)) != (stmt.module or "").encode():
+            return None
+        return (text[: match.start(1)] + new.encode() + text[match.end(1) :]).decode("utf-8")
 
     # -- applying --------------------------------------------------------------------------
     def _alone(self, stmt: ast.stmt) -> bool:

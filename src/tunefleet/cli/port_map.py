@@ -34,6 +34,15 @@ _SCHEDULERS = (
     "pbt",
     "trial_scheduler",
 )
+_STOPPERS = (
+    "stopper",
+    "experiment_plateau",
+    "function_stopper",
+    "maximum_iteration",
+    "noop",
+    "timeout",
+    "trial_plateau",
+)
 _LOGGERS = ("tensorboardx", "json", "csv", "logger")
 _FRAMEWORKS = ("keras", "lightgbm", "xgboost", "lightning", "pytorch_lightning", "huggingface")
 
@@ -67,6 +76,7 @@ MODULES: dict[str, str] = {
     "ray.tune.schedulers": "tunefleet.schedulers",
     **{f"ray.tune.schedulers.{mod}": "tunefleet.schedulers" for mod in _SCHEDULERS},
     "ray.tune.stopper": "tunefleet.stopper",
+    **{f"ray.tune.stopper.{mod}": "tunefleet.stopper" for mod in _STOPPERS},
     "ray.tune.logger": "tunefleet.logger",
     **{f"ray.tune.logger.{mod}": "tunefleet.logger" for mod in _LOGGERS},
     "ray.tune.integration": "tunefleet.integration",
@@ -85,7 +95,38 @@ MODULES: dict[str, str] = {
     "ray.air.integrations.wandb": "tunefleet.callbacks",
     "ray.air.integrations.comet": "tunefleet.callbacks",
     "ray.air.integrations.keras": "tunefleet.integration.keras",
+    "ray.air.constants": "tunefleet.result",
+    "ray.train.constants": "tunefleet.result",
+    "ray.tune.progress_reporter": "tunefleet",
+    "ray.tune.syncer": "tunefleet",
+    "ray.tune.context": "tunefleet.session",
+    "ray.tune.utils.util": "tunefleet.utils",
+    # Ray 2.0-2.2's deprecated aliases of ray.tune.search / .search.sample / .experiment
+    "ray.tune.suggest": "tunefleet.search",
+    **{f"ray.tune.suggest.{lib}": "tunefleet.search" for lib in _SEARCHERS},
+    "ray.tune.sample": "tunefleet.space",
+    "ray.tune.trial": "tunefleet.trial",
+    # Ray's vendored copy of cloudpickle: tunefleet depends on cloudpickle itself
+    "ray.cloudpickle": "cloudpickle",
 }
+
+# Ray packages whose other sub-modules hold the package's names (Ray's
+# `ray.tune.search.optuna.optuna_search` is re-exported by `ray.tune.search.optuna`): a
+# sub-module MODULES does not list is looked up in the nearest listed one under these.
+PACKAGES: frozenset[str] = frozenset(
+    {
+        "ray.tune.search",
+        "ray.tune.suggest",
+        "ray.tune.schedulers",
+        "ray.tune.stopper",
+        "ray.tune.logger",
+        "ray.tune.utils",
+        "ray.tune.trainable",
+        "ray.tune.analysis",
+        "ray.tune.integration",
+        "ray.air.integrations",
+    }
+)
 
 # (Ray module, name) -> (tunefleet module, name): where a name lives elsewhere or is
 # spelled differently in tunefleet.
@@ -134,13 +175,112 @@ ATTRIBUTE_MODULES: frozenset[str] = frozenset(
 LOCAL_ADDRESSES: frozenset[str | None] = frozenset({None, "local"})
 INIT_KEPT_KEYWORDS: frozenset[str] = frozenset({"runtime_env"})
 
-# Why a Ray name is left as is, by its first part after `ray.`.
+_CORE_TASKS = "Ray core (tasks and actors) has no tunefleet counterpart"
+_CORE_OBJECTS = "Ray core (object store) has no tunefleet counterpart"
+_CORE_CLUSTER = "Ray core (cluster and runtime state) has no tunefleet counterpart"
+_TRAIN = (
+    "Ray Train's distributed trainers (TorchTrainer, ScalingConfig, dataset shards) have "
+    "no tunefleet counterpart: tune a function or Trainable class that runs the training "
+    "itself (docs/from_ray_tune.md, 'What is not there')"
+)
+_INTERNAL = "a Ray internal module (not public API) has no tunefleet counterpart"
+
+# Why a Ray name is left as is, by the longest dotted prefix of its Ray path.
 UNPORTED_REASONS: dict[str, str] = {
-    "init": "ray.init with a cluster address or a runtime_env: tunefleet runs trials on "
+    "ray.init": "ray.init with a cluster address or a runtime_env: tunefleet runs trials on "
     "this machine (RunConfig(backend='ray') runs them on a Ray cluster)",
-    "remote": "Ray core (tasks and actors) has no tunefleet counterpart",
-    "get": "Ray core (object store) has no tunefleet counterpart",
-    "put": "Ray core (object store) has no tunefleet counterpart",
-    "data": "Ray Data has no tunefleet counterpart",
-    "is_initialized": "ray.is_initialized has no tunefleet counterpart (no Ray cluster runs)",
+    "ray.is_initialized": "ray.is_initialized has no tunefleet counterpart (no Ray cluster runs)",
+    **dict.fromkeys(
+        (
+            "ray.remote",
+            "ray.remote_function",
+            "ray.method",
+            "ray.actor",
+            "ray.kill",
+            "ray.get_actor",
+        ),
+        _CORE_TASKS,
+    ),
+    **dict.fromkeys(
+        ("ray.get", "ray.put", "ray.wait", "ray.cancel", "ray.ObjectRef", "ray.types"),
+        _CORE_OBJECTS,
+    ),
+    **dict.fromkeys(
+        (
+            "ray.get_runtime_context",
+            "ray.runtime_context",
+            "ray.get_gpu_ids",
+            "ray.available_resources",
+            "ray.cluster_resources",
+            "ray.nodes",
+            "ray.timeline",
+        ),
+        _CORE_CLUSTER,
+    ),
+    "ray.exceptions": "Ray core's exceptions have no tunefleet counterpart (a failed "
+    "trial's exception is its Result.error)",
+    "ray.util": "Ray's utilities (ray.util) have no tunefleet counterpart",
+    "ray.data": "Ray Data has no tunefleet counterpart",
+    "ray.rllib": "RLlib has no tunefleet counterpart: tune a function or Trainable class "
+    "that trains the agent",
+    "ray.serve": "Ray Serve has no tunefleet counterpart",
+    **dict.fromkeys(
+        (
+            "ray.train.torch",
+            "ray.train.tensorflow",
+            "ray.train.horovod",
+            "ray.train.xgboost",
+            "ray.train.lightgbm",
+            "ray.train.trainer",
+            "ray.train.base_trainer",
+            "ray.train.data_parallel_trainer",
+            "ray.train.backend",
+            "ray.train.v2",
+            "ray.train.ScalingConfig",
+            "ray.train.DataConfig",
+            "ray.train.get_dataset_shard",
+            "ray.air.ScalingConfig",
+            "ray.air.config.ScalingConfig",
+            "ray.air.config.DatasetConfig",
+        ),
+        _TRAIN,
+    ),
+    "ray.tune.examples": "Ray's example helpers (ray.tune.examples) are not part of "
+    "tunefleet: copy what the program uses from them into it",
+    **dict.fromkeys(
+        (
+            "ray.tune.execution",
+            "ray.tune.impl",
+            "ray.tune.experimental",
+            "ray.tune.cli",
+            "ray.air.execution",
+        ),
+        _INTERNAL,
+    ),
+}
+
+# Why a Ray name is left as is, by the name itself (wherever Ray defines it), when no
+# prefix above says.
+UNPORTED_NAME_REASONS: dict[str, str] = {
+    **dict.fromkeys(
+        ("Logger", "JsonLogger", "CSVLogger", "TBXLogger", "UnifiedLogger"),
+        "Ray's legacy Logger classes are not there: pass tunefleet.logger's "
+        "JsonLoggerCallback / CSVLoggerCallback / TBXLoggerCallback (or a LoggerCallback "
+        "of your own) in RunConfig(callbacks=...)",
+    ),
+    "wrap_function": "wrap_function (a function trainable driven by hand as a class) is "
+    "not there: run the function with Tuner, or write a tune.Trainable",
+    "Syncer": "a custom Syncer is not there: give RunConfig an fsspec storage_filesystem "
+    "(docs/storage.md)",
+    **dict.fromkeys(
+        (
+            "RayDDPStrategy",
+            "RayFSDPStrategy",
+            "RayDeepSpeedStrategy",
+            "RayLightningEnvironment",
+            "RayTrainReportCallback",
+            "prepare_trainer",
+        ),
+        _TRAIN,
+    ),
 }
