@@ -19,7 +19,13 @@ class Recorder(tune.Callback):
         self.checkpoints: list[str] = []
         self.final: list[Trial] = []
 
-    def setup(self, stop: Any = None, num_samples: int | None = None, **info: Any) -> None:
+    def setup(
+        self,
+        stop: Any = None,
+        num_samples: int | None = None,
+        total_num_samples: int | None = None,
+        **info: Any,
+    ) -> None:
         self.calls["setup"] += 1
 
     def on_trial_start(

@@ -136,7 +136,8 @@ def test_legacy_run_returns_a_full_experiment_analysis(storage: str) -> None:
     )
     assert analysis.best_config == {"a": 1}
     assert analysis.best_result["loss"] == 1
-    assert analysis.best_trial.config == {"a": 1}
+    best = analysis.best_trial
+    assert best is not None and best.config == {"a": 1}
     assert analysis.get_best_config(metric="loss", mode="max") == {"a": 3}
     assert len(analysis.results_df) == 3
     assert len(analysis.dataframe()) == 3

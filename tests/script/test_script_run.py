@@ -265,7 +265,7 @@ def test_example_run_file(tmp_path: Path) -> None:
     assert "Best trial" in proc.stdout
     grid = ResultGrid(tmp_path / "example")
     assert len(grid) == 4 and grid.num_errors == 0
-    assert grid.get_best_result().metrics["val_loss"] < 0.1  # type: ignore[index]
+    assert grid.get_best_result().metrics["val_loss"] < 0.1
 
 
 @pytest.mark.parametrize(
