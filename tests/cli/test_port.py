@@ -690,3 +690,22 @@ def test_every_local_ray_init_form_is_removed() -> None:
     ray.init(num_cpus=4, num_gpus=0, include_dashboard=False, object_store_memory=10**8)
     """
     assert text(source) == same("\n")
+
+
+def test_a_name_tunefleet_exports_at_its_top_level_is_found_there() -> None:
+    source = """\
+    from ray import tune
+    from ray.tune.search import grid_search
+    from ray.tune.search.variant_generator import grid_search as gs
+
+    space = {"x": tune.search.grid_search([1, 2])}
+    """
+    assert text(source) == same(
+        """\
+        import tunefleet as tune
+        from tunefleet import grid_search
+        from tunefleet import grid_search as gs
+
+        space = {"x": tune.grid_search([1, 2])}
+        """
+    )

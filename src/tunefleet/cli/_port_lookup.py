@@ -58,13 +58,25 @@ def module_of(ray_module: str, guess: bool = True) -> str | None:
     return None
 
 
+@functools.cache
+def _public() -> frozenset[str]:
+    """The names tunefleet's top level exports (`tunefleet.__all__`)."""
+    return frozenset(importlib.import_module("tunefleet").__all__)
+
+
 def counterpart(ray_module: str, name: str) -> tuple[str, str] | None:
-    """Where `ray_module.name` lives in tunefleet, or None if tunefleet has no such name."""
+    """Where `ray_module.name` lives in tunefleet, or None if tunefleet has no such name.
+
+    A name the mapped module lacks but tunefleet's top level exports is that one
+    (`ray.tune.search.grid_search` is `tunefleet.grid_search`).
+    """
     default = module_of(ray_module)
     if default is None:
         return None
     module, new_name = NAMES.get((ray_module, name), (default, name))
-    return (module, new_name) if exists(module, new_name) else None
+    if exists(module, new_name):
+        return module, new_name
+    return ("tunefleet", name) if name in _public() else None
 
 
 def no_counterpart(ray_path: str) -> str:

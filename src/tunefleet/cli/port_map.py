@@ -101,6 +101,7 @@ MODULES: dict[str, str] = {
     "ray.tune.syncer": "tunefleet",
     "ray.tune.context": "tunefleet.session",
     "ray.tune.utils.util": "tunefleet.utils",
+    "ray.tune.trainable.trainable_fn_utils": "tunefleet",  # report, get_checkpoint
     # Ray 2.0-2.2's deprecated aliases of ray.tune.search / .search.sample / .experiment
     "ray.tune.suggest": "tunefleet.search",
     **{f"ray.tune.suggest.{lib}": "tunefleet.search" for lib in _SEARCHERS},
@@ -176,7 +177,10 @@ LOCAL_ADDRESSES: frozenset[str | None] = frozenset({None, "local"})
 INIT_KEPT_KEYWORDS: frozenset[str] = frozenset({"runtime_env"})
 
 _CORE_TASKS = "Ray core (tasks and actors) has no tunefleet counterpart"
-_CORE_OBJECTS = "Ray core (object store) has no tunefleet counterpart"
+_CORE_OBJECTS = (
+    "Ray core (object store) has no tunefleet counterpart: pass large objects to trials "
+    "with tune.with_parameters"
+)
 _CORE_CLUSTER = "Ray core (cluster and runtime state) has no tunefleet counterpart"
 _TRAIN = (
     "Ray Train's distributed trainers (TorchTrainer, ScalingConfig, dataset shards) have "
@@ -187,8 +191,9 @@ _INTERNAL = "a Ray internal module (not public API) has no tunefleet counterpart
 
 # Why a Ray name is left as is, by the longest dotted prefix of its Ray path.
 UNPORTED_REASONS: dict[str, str] = {
-    "ray.init": "ray.init with a cluster address or a runtime_env: tunefleet runs trials on "
-    "this machine (RunConfig(backend='ray') runs them on a Ray cluster)",
+    "ray.init": "ray.init that may join a Ray cluster (an address other than 'local', or "
+    "a runtime_env): tunefleet runs trials on this machine without Ray; drop the call, or "
+    "run them on a Ray cluster with RunConfig(backend='ray')",
     "ray.is_initialized": "ray.is_initialized has no tunefleet counterpart (no Ray cluster runs)",
     **dict.fromkeys(
         (
