@@ -389,8 +389,13 @@ def test_canary_secrets_never_leave_the_trial(
     assert metrics_of(ok)["api_key"] == REDACTED and metrics_of(ok)["echo_url"] == URL.replace(
         PW, "***"
     )
-    assert ok.config["api_key"] == REDACTED and ok.config["token"] == REDACTED
+    # The grid fit() returns holds the user's own Secret object (it prints as ***), as
+    # Ray's holds the config; read from disk, every secret is "***".
+    assert ok.config["api_key"] == REDACTED and isinstance(ok.config["token"], tune.Secret)
+    assert repr(ok.config["token"]) == "Secret('***')" and TOK not in str(ok.config)
     assert ok.config["db_url"] == "postgresql://u:***@localhost/db"
+    on_disk = next(r for r in tune.ResultGrid(grid.experiment_path) if r.error is None)
+    assert on_disk.config["api_key"] == REDACTED and on_disk.config["token"] == REDACTED
     failed = next(r for r in grid if r.error is not None)
     assert failed.error is not None
     assert "the server refused api key *** for postgresql://u:***@localhost/db" in str(failed.error)

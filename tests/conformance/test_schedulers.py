@@ -278,7 +278,15 @@ def pbt_grid(tmp_path_factory):
                 quantile_fraction=0.5,
             ),
         ),
-        run_config=RunConfig(storage_path=str(tmp_path_factory.mktemp("pbt")), verbose=0),
+        # As Ray's PBT guides do: the stop condition ends a trial at its last result, so
+        # PBT never takes a trial that has ended as a donor. Without it, a trial whose
+        # function returns after its last report can be picked in the moment before its
+        # end arrives (in Ray too), and its exploiter restarts at step 6 with nothing left.
+        run_config=RunConfig(
+            storage_path=str(tmp_path_factory.mktemp("pbt")),
+            verbose=0,
+            stop={"training_iteration": 6},
+        ),
     ).fit()
 
 
