@@ -105,7 +105,10 @@ def copy_for_exploit(
     """
     assert source.latest_checkpoint is not None
     copied = persist_checkpoint(source.latest_checkpoint, home, source.checkpoint_iteration)
-    result: dict[str, Any] = dict(source.last_result or {})
+    # The metrics the source's checkpoint was saved with (its last result may be later):
+    # retention scores the copy by them, and best_checkpoints lists them.
+    saved = {path: metrics for path, _, metrics in store.checkpoints_of(source.trial_id)}
+    result: dict[str, Any] = dict(saved.get(source.latest_checkpoint) or source.last_result or {})
     store.add_event(
         trial.trial_id,
         "exploit",

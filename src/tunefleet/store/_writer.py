@@ -34,6 +34,11 @@ _UPSERT_TRIAL = (
     "ON CONFLICT (trial_id) DO UPDATE SET idx = excluded.idx, name = excluded.name, "
     "status = excluded.status, data = excluded.data, updated = excluded.updated"
 )
+_INSERT_CHECKPOINT = (
+    "INSERT INTO checkpoints (trial_id, iteration, path, metrics, time, deleted) "
+    "VALUES (?, ?, ?, ?, ?, 0)"
+)
+_DELETE_CHECKPOINT = "UPDATE checkpoints SET deleted = 1 WHERE path = ? AND deleted = 0"
 _UPSERT_META = (
     "INSERT INTO meta (key, value) VALUES (?, ?) "
     "ON CONFLICT (key) DO UPDATE SET value = excluded.value"
@@ -75,8 +80,9 @@ class ExperimentStore:
         self._dirty: dict[str, Trial] = {}
         self._events: list[tuple[float, str | None, str, str | None]] = []
         self._results: list[tuple[str, int | None, float, str]] = []
-        self._checkpoints: list[tuple[str, int, str, str, float]] = []
-        self._deleted: list[tuple[str]] = []
+        # In the order they happened: a path deleted and then written again (a rewind, a
+        # PBT exploit) must keep its new record.
+        self._checkpoint_ops: list[tuple[str, tuple[Any, ...]]] = []
         self._written_state: dict[str, str] = {}  # what each state key holds on disk
         self._check_version()
 
@@ -133,11 +139,12 @@ class ExperimentStore:
         self, trial_id: str, iteration: int, path: str, metrics: dict[str, Any]
     ) -> None:
         """Record a checkpoint persisted at `path` with the metrics it was saved with."""
-        self._checkpoints.append((trial_id, int(iteration), path, encode(metrics), time.time()))
+        row = (trial_id, int(iteration), path, encode(metrics), time.time())
+        self._checkpoint_ops.append(("add", row))
 
     def mark_checkpoint_deleted(self, path: str) -> None:
         """Record that the checkpoint at `path` was removed from disk (retention)."""
-        self._deleted.append((path,))
+        self._checkpoint_ops.append(("delete", (path,)))
 
     def save_state(self, key: str, state: dict[str, Any]) -> None:
         """Keep the JSON-able state of a searcher, scheduler or stopper under `key`.
@@ -187,8 +194,7 @@ class ExperimentStore:
             or self._dirty
             or self._events
             or self._results
-            or self._checkpoints
-            or self._deleted
+            or self._checkpoint_ops
         ):
             return
         db = self._db
@@ -208,12 +214,12 @@ class ExperimentStore:
                 "INSERT INTO results (trial_id, iteration, time, data) VALUES (?, ?, ?, ?)",
                 self._results,
             )
-            db.executemany(
-                "INSERT INTO checkpoints (trial_id, iteration, path, metrics, time, deleted) "
-                "VALUES (?, ?, ?, ?, ?, 0)",
-                self._checkpoints,
-            )
-            db.executemany("UPDATE checkpoints SET deleted = 1 WHERE path = ?", self._deleted)
+            for op, row in self._checkpoint_ops:
+                # A checkpoint written at a path replaces the path's earlier record (its
+                # directory was written again), so a trial never lists one folder twice.
+                db.execute(_DELETE_CHECKPOINT, (row[2],) if op == "add" else row)
+                if op == "add":
+                    db.execute(_INSERT_CHECKPOINT, row)
             db.executemany(_UPSERT_STATE, ((k, v, t) for k, (v, t) in self._state.items()))
             db.execute("COMMIT")
         except BaseException:
@@ -226,8 +232,7 @@ class ExperimentStore:
         self._dirty.clear()
         self._events.clear()
         self._results.clear()
-        self._checkpoints.clear()
-        self._deleted.clear()
+        self._checkpoint_ops.clear()
 
     def close(self) -> None:
         """Flush and close; closing twice is harmless."""
