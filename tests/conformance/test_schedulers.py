@@ -245,6 +245,8 @@ def pbt_trainable(config):
             step = int(step)
             restored_from = Path(d, "owner").read_text()
     me = tune.get_context().get_trial_id()
+    if restored_from:
+        Path(config["meet"], "exploited").touch()
     while step < 6:
         step += 1
         score += config["lr"]
@@ -252,6 +254,13 @@ def pbt_trainable(config):
             Path(config["meet"], me).touch()
             deadline = time.monotonic() + 60
             while len(os.listdir(config["meet"])) < 2 and time.monotonic() < deadline:
+                time.sleep(0.01)
+        if step == 3 and config["lr"] == 1.0 and not restored_from:
+            # The leader goes on once the other trial has exploited it: else, on a busy
+            # machine, it could reach its stop (and leave PBT) before the other trial's
+            # first perturbation boundary.
+            deadline = time.monotonic() + 60
+            while not Path(config["meet"], "exploited").exists() and time.monotonic() < deadline:
                 time.sleep(0.01)
         with tempfile.TemporaryDirectory() as d:
             Path(d, "state").write_text(f"{step} {score}")
