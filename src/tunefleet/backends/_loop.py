@@ -11,6 +11,7 @@ outlives it.
 
 from __future__ import annotations
 
+import faulthandler
 import glob
 import inspect
 import numbers
@@ -128,6 +129,9 @@ class TrialLoop:
         self._saved_at = launch.iteration if launch.checkpoint else None
         os.makedirs(launch.trial_dir, exist_ok=True)
         restore_out = _redirect_output(launch.trial_dir, launch.log_files)
+        # a fatal signal (SIGSEGV, SIGABRT, SIGBUS, SIGFPE, SIGILL) writes the Python stack to
+        # fd 2, now this trial's stderr log, so its failure record's stderr tail shows where
+        faulthandler.enable(file=2, all_threads=False)
         restore_cwd = _enter_trial_dir(launch) if launch.chdir else _nothing
         os.environ["TUNEFLEET_TRIAL_ID"] = trial_id
         context = TuneContext(

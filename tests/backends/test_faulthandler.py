@@ -1,0 +1,35 @@
+"""A trial that segfaults leaves its Python stack in its own stderr log (faulthandler)."""
+
+from __future__ import annotations
+
+import ctypes
+import sys
+from typing import Any
+
+import tunefleet as tune
+
+
+def crash_in_native_code(config: dict[str, Any]) -> None:
+    tune.report(loss=1.0)
+    if config["crash"]:
+        ctypes.string_at(0)  # a real SIGSEGV: reads address 0
+    print("no crash here", file=sys.stderr, flush=True)
+    tune.report(loss=0.5)
+
+
+def test_a_segfault_writes_the_python_stack_to_the_trials_stderr(storage: str) -> None:
+    grid = tune.Tuner(
+        crash_in_native_code,
+        param_space={"crash": tune.grid_search([False, True])},
+        tune_config=tune.TuneConfig(metric="loss", mode="min", max_concurrent_trials=1),
+        run_config=tune.RunConfig(storage_path=storage, verbose=0),
+    ).fit()
+    by_crash = {r.config["crash"]: r for r in grid}
+    assert by_crash[False].error is None
+    err = by_crash[True].error
+    assert err is not None and err.failure.kind is tune.FailureKind.CRASH
+    assert err.failure.signal == "SIGSEGV"
+    tail = err.failure.stderr_tail or ""
+    assert "Fatal Python error: Segmentation fault" in tail, tail
+    assert "crash_in_native_code" in tail, tail
+    assert "no crash here" not in tail, "only the crashing trial's own stderr"
