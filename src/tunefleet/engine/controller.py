@@ -311,7 +311,8 @@ class Controller:
             return
         if isinstance(event, Results):
             for metrics, checkpoint in event.items:
-                if trial.trial_id in self.stopping:
+                # late: asked to stop, or failed (a NaN) or ended earlier in this batch
+                if trial.trial_id in self.stopping or trial.trial_id not in self.running:
                     if checkpoint:
                         self.keeper.discard(checkpoint)
                     continue
