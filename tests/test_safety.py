@@ -100,7 +100,8 @@ def test_redact_hides_strings_under_secret_keys_and_keeps_numbers() -> None:
         "key_dim": 64,
         "use_auth": True,
         "credentials": {"user": "bob", "password": "pw-99999", "port": 5432},
-        "tokens": ["a", "b"],  # "tokens" is not a secret word
+        "tokens": ["tok-abcdef", "tok-ghijkl"],  # a plural secret word
+        "max_tokens": "512",  # a plural with a count word: a count, not a secret
         "auth": ["t1-abcdef", "t2-abcdef"],
         "lr": 0.1,
         "db_url": "postgresql://u:pw-77777@localhost/db",
@@ -109,7 +110,8 @@ def test_redact_hides_strings_under_secret_keys_and_keeps_numbers() -> None:
     out = redact(config)
     assert out["api_key"] == REDACTED and out["key_dim"] == 64 and out["use_auth"] is True
     assert out["credentials"] == {"user": REDACTED, "password": REDACTED, "port": 5432}
-    assert out["tokens"] == ["a", "b"] and out["auth"] == [REDACTED, REDACTED]
+    assert out["tokens"] == [REDACTED, REDACTED] and out["auth"] == [REDACTED, REDACTED]
+    assert out["max_tokens"] == "512"
     assert out["db_url"] == "postgresql://u:***@localhost/db"
     assert out["nested"] == [{"apiKey": REDACTED}]
     assert config["api_key"] == "sk-1234567"  # the input is not changed

@@ -4,8 +4,13 @@ Three rules, applied by `redact` (nested data) and `redact_text` (free text):
 
 1. A key looks like a secret when one of its word parts (split at ``_ - .``, spaces
    and camelCase, lower-cased) is one of `SECRET_WORDS`, or ends with one of
-   `SECRET_SUFFIXES` (``dbpassword``, ``authtoken``). So ``api_key``, ``apiKey``,
-   ``AUTH_TOKEN``, ``db_password`` and ``credentials`` match; ``keys_per_batch``,
+   `SECRET_SUFFIXES` (``dbpassword``, ``authtoken``), or is the plural of one (an
+   ``s`` added: ``api_keys``, ``hf_tokens``, ``authkeys``, ``session_cookies``). A plural
+   is read as a count or a list of names, not as secrets, when another word part of
+   the key (or the run-together word before it: ``maxtokens``) is one of `COUNT_WORDS`
+   (``max_tokens``, ``keys_per_batch``, ``num_keys``, ``metric_keys``), and so is a key
+   that is just ``keys``. So ``api_key``, ``apiKey``, ``AUTH_TOKEN``, ``tokens``,
+   ``github_pat``, ``jwt`` and ``credentials`` match; ``keys_per_batch``,
    ``max_tokens``, ``tokenizer``, ``monkey`` and ``author`` do not. Under such a key
    every string, bytes or other object is replaced by ``"***"`` (in nested dicts and
    lists too); numbers, booleans and None are kept, so ``{"key_dim": 64}`` survives.
@@ -41,34 +46,45 @@ SECRET_WORDS = frozenset(
         "key",
         "apikey",
         "passkey",
+        "authkey",
         "token",
         "secret",
-        "secrets",
         "password",
-        "passwords",
         "passwd",
         "pwd",
         "passphrase",
         "credential",
-        "credentials",
         "auth",
         "oauth",
         "authorization",
         "bearer",
+        "pat",
+        "jwt",
+        "cookie",
     }
 )
+"""Word parts that make a key secret, and their plurals (``s`` added)."""
 SECRET_SUFFIXES = (
     "password",
     "passwd",
     "secret",
     "token",
     "apikey",
+    "authkey",
+    "passkey",
     "accesskey",
     "secretkey",
     "privatekey",
     "credential",
-    "credentials",
+    "cookie",
+    "jwt",
 )
+COUNT_WORDS = frozenset(
+    {"max", "min", "num", "n", "nb", "per", "count", "cnt", "limit", "total", "size", "len"}
+    | {"length", "number", "budget", "metric", "metrics", "param", "params", "sort", "group"}
+    | {"column", "columns", "field", "fields", "index", "dict"}
+)
+"""Word parts that make a plural secret word a count or a list of names (``max_tokens``)."""
 _T = TypeVar("_T")
 FREE_TEXT_KEYS = frozenset({"message", "traceback", "stderr_tail", "name"})
 _MAX_KNOWN = 4096
@@ -136,10 +152,27 @@ class Secret:
 @functools.lru_cache(maxsize=8192)
 def is_secret_key(key: str) -> bool:
     """Whether a config key looks like it holds a secret (rule 1 of the module doc)."""
-    return any(
-        part in SECRET_WORDS or part.endswith(SECRET_SUFFIXES)
-        for part in (p.lower() for p in _WORD_PART.findall(key))
-    )
+    parts = [p.lower() for p in _WORD_PART.findall(key)]
+    heads: list[str] = []  # the run-together words before each plural secret word
+    for part in parts:
+        if _secret_word(part) is not None:
+            return True
+        head = _secret_word(part[:-1]) if part.endswith("s") else None
+        if head is not None:
+            heads.append(head)
+    if not heads or parts == ["keys"]:  # "keys" alone names a dict's keys
+        return False
+    return not any(p in COUNT_WORDS for p in (*parts, *heads))
+
+
+def _secret_word(part: str) -> str | None:
+    """What comes before the secret word that `part` is or ends with; None if none."""
+    if part in SECRET_WORDS:
+        return ""
+    for suffix in SECRET_SUFFIXES:
+        if part.endswith(suffix):
+            return part[: -len(suffix)]
+    return None
 
 
 # -- the values learnt so far ----------------------------------------------------------------
