@@ -65,16 +65,24 @@ def list_source(source: str) -> list[SourceFile]:
     """Each regular file (and empty folder) of the local folder `source`, in a stable order.
 
     A manifest already there (a restored checkpoint reported again) is left out: the
-    copy gets a new one.
+    copy gets a new one. A symlink that stays inside `source` is followed (the copy
+    holds the file or folder it points to, never a link).
+
+    Raises:
+        ValueError: a symlink points outside `source`, or to a folder holding it (a loop).
     """
+    root = os.path.realpath(source)
     out: list[SourceFile] = []
     for dirpath, dirnames, filenames in os.walk(source, onerror=_raise, followlinks=True):
         dirnames.sort()
+        for name in dirnames:  # before os.walk descends into a linked folder
+            _check_source_link(source, root, os.path.join(dirpath, name), folder=True)
         for fname in sorted(filenames):
             full = os.path.join(dirpath, fname)
             rel = os.path.relpath(full, source).replace(os.sep, "/")
             if rel == MANIFEST_FILE:
                 continue
+            _check_source_link(source, root, full, folder=False)
             st = os.stat(full)
             if not stat.S_ISREG(st.st_mode):
                 logger.warning("checkpoint %s: skipped %s (not a regular file)", source, rel)
@@ -88,6 +96,47 @@ def list_source(source: str) -> list[SourceFile]:
 
 def _raise(exc: OSError) -> None:
     raise exc
+
+
+def _inside(path: str, root: str) -> bool:
+    """Whether the resolved `path` is `root` or lies under it (both resolved)."""
+    return os.path.commonpath([path, root]) == root
+
+
+def _check_source_link(source: str, root: str, full: str, *, folder: bool) -> None:
+    if not os.path.islink(full):
+        return
+    rel = os.path.relpath(full, source).replace(os.sep, "/")
+    target = os.path.realpath(full)
+    if not _inside(target, root):
+        raise ValueError(
+            f"checkpoint {source}: symlink {rel} -> {os.readlink(full)} points outside the "
+            f"checkpoint directory (to {target}); a checkpoint must hold its files, so copy "
+            "the file into the directory instead of linking to it"
+        )
+    if folder and _inside(os.path.realpath(os.path.dirname(full)), target):
+        raise ValueError(
+            f"checkpoint {source}: symlink {rel} -> {os.readlink(full)} points to a folder "
+            "that holds it (a loop); remove the link"
+        )
+
+
+def link_outside(folder: str) -> str | None:
+    """Why the local checkpoint `folder` must not be used: the first symlink in it
+    (listed in its manifest or not) that points outside it; None if there is none.
+
+    Example:
+        >>> import tempfile; link_outside(tempfile.mkdtemp()) is None
+        True
+    """
+    root = os.path.realpath(folder)
+    for dirpath, dirnames, filenames in os.walk(folder):  # links are not followed
+        for name in sorted(dirnames + filenames):
+            full = os.path.join(dirpath, name)
+            if os.path.islink(full) and not _inside(os.path.realpath(full), root):
+                rel = os.path.relpath(full, folder).replace(os.sep, "/")
+                return f"symlink {rel} points outside the checkpoint (to {os.readlink(full)})"
+    return None
 
 
 def manifest_entry(rel: str, size: int, sha256: str) -> dict[str, Any]:

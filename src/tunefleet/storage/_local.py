@@ -27,6 +27,7 @@ from tunefleet.storage._format import (
     TMP_PREFIXES,
     CheckpointWriteError,
     SourceFile,
+    link_outside,
     list_source,
     manifest_entry,
     manifest_text,
@@ -94,7 +95,15 @@ class LocalFilesystem(Filesystem):
             raise
         return final
 
+    def escaping_link(self, folder: str) -> str | None:
+        if os.path.islink(folder):  # tunefleet writes a checkpoint as a real folder
+            return f"the checkpoint folder is a symlink (to {os.readlink(folder)})"
+        return link_outside(folder)
+
     def download(self, path: str, target: str) -> str:
+        escape = link_outside(path)
+        if escape is not None:
+            raise ValueError(f"checkpoint {path} not copied: {escape}")
         shutil.copytree(path, target, dirs_exist_ok=True)
         return target
 

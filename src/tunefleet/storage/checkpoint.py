@@ -23,7 +23,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from tunefleet.storage._format import MANIFEST_FILE as MANIFEST_FILE
-from tunefleet.storage._format import METADATA_FILE
+from tunefleet.storage._format import METADATA_FILE, link_outside
 from tunefleet.storage._format import CheckpointWriteError as CheckpointWriteError
 from tunefleet.storage._format import checkpoint_dir_name as checkpoint_dir_name
 from tunefleet.storage.filesystem import Filesystem, verify
@@ -77,9 +77,16 @@ class Checkpoint:
     @contextlib.contextmanager
     def as_directory(self) -> Iterator[str]:
         """Yield a local directory with the checkpoint's files (a remote one is downloaded
-        into a temporary directory, removed afterwards; a local one is not copied)."""
+        into a temporary directory, removed afterwards; a local one is not copied).
+
+        Raises:
+            ValueError: a symlink in the local directory points outside it.
+        """
         fs = self._filesystem()
         if fs.local:
+            escape = link_outside(self.path) if os.path.isdir(self.path) else None
+            if escape is not None:
+                raise ValueError(f"Checkpoint {self.path} refused: {escape}")
             yield self.path
             return
         with tempfile.TemporaryDirectory(prefix="checkpoint_") as tmp:

@@ -84,6 +84,11 @@ class Filesystem(ABC):
             Exception: the delete failed (the caller reports it).
         """
 
+    def escaping_link(self, folder: str) -> str | None:
+        """Why the checkpoint `folder` leads outside itself (a symlink that points out of
+        it), or None. Object stores hold no symlinks: by default, None."""
+        return None
+
     @abstractmethod
     def remove_temporaries(self, trial_dir: str) -> list[str]:
         """Remove what interrupted writes and deletes left in the trial's checkpoints
@@ -108,6 +113,9 @@ def verify(fs: Filesystem, path: str, *, checksums: bool = True) -> str | None:
         return "directory missing"
     if MANIFEST_FILE not in sizes:
         return "missing manifest (half-written?)"
+    escape = fs.escaping_link(path)
+    if escape is not None:
+        return escape
     try:
         raw = fs.read_bytes(fs.join(path, MANIFEST_FILE))
         manifest = None if raw is None else json.loads(raw)
