@@ -31,6 +31,7 @@ import pytest
 
 import tunefleet as tune
 from tests.helpers.paths import REPO
+from tests.helpers.processes import meet, meeting
 from tunefleet.storage.checkpoint import (
     MANIFEST_FILE,
     delete_checkpoints,
@@ -220,14 +221,22 @@ def counter(config: dict[str, Any]) -> None:
 
 
 def drifting(config: dict[str, Any]) -> None:
-    """For PBT: the score grows with lr; state travels in the checkpoint."""
+    """For PBT: the score grows with lr; state travels in the checkpoint. The population
+    meets at its first step, and the leader (lr 1.0) goes past step 4 only once the other
+    trial has exploited it: events, so a busy machine cannot let it finish first."""
     score, start = 0.0, 0
     if (ckpt := tune.get_checkpoint()) is not None:
         with ckpt.as_directory() as d:
             score, start = json.loads(Path(d, "s.json").read_text())
+        Path(config["meet"], "exploited").touch()
+    else:
+        meet(config, tune.get_context().get_trial_id())
     for it in range(start + 1, 9):
         score += config["lr"]
-        time.sleep(0.05)
+        if it == 5 and ckpt is None and config["lr"] == 1.0:
+            deadline = time.monotonic() + 120
+            while not Path(config["meet"], "exploited").exists() and time.monotonic() < deadline:
+                time.sleep(0.02)
         with tempfile.TemporaryDirectory() as d:
             Path(d, "s.json").write_text(json.dumps([score, it]))
             tune.report({"score": score}, checkpoint=tune.Checkpoint.from_directory(d))
@@ -430,14 +439,14 @@ def test_trial_killed_mid_upload_resumes_from_the_previous_checkpoint(
 
 @pytest.mark.slow
 def test_pbt_exploits_copy_checkpoints_within_the_bucket(
-    endpoint: str, bucket: str, staging: Path
+    endpoint: str, bucket: str, staging: Path, tmp_path: Path
 ) -> None:
     from tunefleet.schedulers import PopulationBasedTraining
 
     url = f"s3://{bucket}/root"
     grid = tune.Tuner(
         drifting,
-        param_space={"lr": tune.grid_search([1.0, 0.01])},
+        param_space={"lr": tune.grid_search([1.0, 0.01]), **meeting(tmp_path, population=2)},
         tune_config=tune.TuneConfig(
             metric="score",
             mode="max",
