@@ -4,50 +4,22 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.helpers.paths import EXAMPLES, REPO, SRC
+from tests.helpers.paths import EXAMPLES, REPO
+from tests.helpers.scripts import best_config_line, run_script
 
 BENCHMARKS = REPO / "benchmarks"
 
 
-def _run(args: list[str], cwd: Path, timeout: float) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ)
-    src = str(SRC)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH", "")) if p)
-    proc = subprocess.run(
-        [sys.executable, *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-    assert proc.returncode == 0, (
-        f"{args[0]} exited with {proc.returncode}\n"
-        f"--- stdout ---\n{proc.stdout[-4000:]}\n--- stderr ---\n{proc.stderr[-4000:]}"
-    )
-    return proc
-
-
-def _best_config_line(stdout: str) -> str:
-    lines = [line for line in stdout.splitlines() if line.startswith("Best config: {")]
-    assert lines, f"no 'Best config: {{...}}' line in the output:\n{stdout[-4000:]}"
-    return lines[-1]
-
-
 def test_quickstart(tmp_path: Path) -> None:
     storage = tmp_path / "results"
-    proc = _run(
+    proc = run_script(
         [str(EXAMPLES / "quickstart.py"), "--storage-path", str(storage)], tmp_path, timeout=55
     )
-    line = _best_config_line(proc.stdout)
+    line = best_config_line(proc.stdout)
     for key in ("optimizer", "lr", "width"):
         assert f"'{key}'" in line
     assert "Trials: 8, errors: 0" in proc.stdout
@@ -58,14 +30,14 @@ def test_quickstart(tmp_path: Path) -> None:
 
 def test_from_ray_tune(tmp_path: Path) -> None:
     """A Ray Tune script with only its imports changed runs, checkpoints and reloads."""
-    proc = _run(
+    proc = run_script(
         [str(EXAMPLES / "from_ray_tune.py"), "--storage-path", str(tmp_path / "r")],
         tmp_path,
         timeout=55,
     )
     assert "Trials: 12, errors: 0" in proc.stdout
     assert "Best checkpoint: step 30" in proc.stdout  # the best trial ran to max_t
-    assert "'lr'" in _best_config_line(proc.stdout)
+    assert "'lr'" in best_config_line(proc.stdout)
     source = (EXAMPLES / "from_ray_tune.py").read_text()
     body = source.split("def train_fn")[1]
     assert "ray." not in body and "import" not in body, "the body is Ray Tune's, unchanged"
@@ -73,7 +45,7 @@ def test_from_ray_tune(tmp_path: Path) -> None:
 
 def test_error_handling(tmp_path: Path) -> None:
     """A trial raises, one reports NaN, one runs out of its memory: the run goes on."""
-    proc = _run(
+    proc = run_script(
         [str(EXAMPLES / "error_handling.py"), "--storage-path", str(tmp_path / "r")],
         tmp_path,
         timeout=55,
@@ -94,12 +66,12 @@ def test_error_handling(tmp_path: Path) -> None:
 )
 def test_lstm_sunspots_smoke(tmp_path: Path) -> None:
     storage = tmp_path / "results"
-    proc = _run(
+    proc = run_script(
         [str(EXAMPLES / "lstm_sunspots.py"), "--smoke", "--storage-path", str(storage)],
         tmp_path,
         timeout=110,
     )
-    line = _best_config_line(proc.stdout)
+    line = best_config_line(proc.stdout)
     for key in ("lr", "hidden", "layers", "dropout"):
         assert f"'{key}'" in line
     assert "Best val_rmse: " in proc.stdout
@@ -111,7 +83,7 @@ def test_lstm_sunspots_smoke(tmp_path: Path) -> None:
 @pytest.mark.timeout(120)
 def test_overhead_benchmark_quick(tmp_path: Path) -> None:
     out = tmp_path / "figures.json"
-    proc = _run(
+    proc = run_script(
         [
             str(BENCHMARKS / "overhead.py"),
             "--quick",
@@ -151,7 +123,7 @@ def test_overhead_benchmark_quick(tmp_path: Path) -> None:
 
 def test_search_pareto_example(tmp_path: Path) -> None:
     storage = tmp_path / "results"
-    proc = _run(
+    proc = run_script(
         [str(EXAMPLES / "search_pareto.py"), "--storage-path", str(storage), "--num-samples", "10"],
         tmp_path,
         timeout=120,

@@ -23,7 +23,8 @@ import psutil
 import pytest
 
 import tunefleet as tune
-from tests.helpers.paths import EXAMPLES, REPO, SRC
+from tests.helpers.paths import EXAMPLES, REPO
+from tests.helpers.scripts import run_script, script_env
 from tunefleet.store import StoreReader
 
 needs_torch = pytest.mark.skipif(
@@ -39,27 +40,8 @@ def load_example(name: str) -> ModuleType:
     return module
 
 
-def env() -> dict[str, str]:
-    out = dict(os.environ)
-    out["PYTHONPATH"] = os.pathsep.join(p for p in (str(SRC), out.get("PYTHONPATH")) if p)
-    return out
-
-
 def run_example(args: list[str], timeout: float) -> str:
-    proc = subprocess.run(
-        [sys.executable, *args],
-        cwd=REPO,
-        env=env(),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-    assert proc.returncode == 0, (
-        f"{args[0]} exited with {proc.returncode}\n"
-        f"--- stdout ---\n{proc.stdout[-4000:]}\n--- stderr ---\n{proc.stderr[-4000:]}"
-    )
-    return proc.stdout
+    return run_script(args, REPO, timeout).stdout
 
 
 def line_with(prefix: str, out: str) -> str:
@@ -150,7 +132,7 @@ def test_trainable_digits_resumes_after_the_driver_is_killed(storage: str) -> No
     driver = subprocess.Popen(
         [sys.executable, script, "--smoke", "--storage-path", storage],
         cwd=REPO,
-        env=env(),
+        env=script_env(),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import importlib.util
-import os
 import re
 import shutil
 import subprocess
@@ -13,19 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.paths import EXAMPLES, SRC
+from tests.helpers.paths import EXAMPLES
+from tests.helpers.scripts import best_config_line, run_script, script_env
 
 RAY_FORMS = EXAMPLES / "ray_tune"
 NAMES = sorted(p.stem for p in RAY_FORMS.glob("*.py"))
 needs_torch = pytest.mark.skipif(
     importlib.util.find_spec("torch") is None, reason="torch is not installed (tunefleet[torch])"
 )
-
-
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SRC), env.get("PYTHONPATH", "")) if p)
-    return env
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +30,7 @@ def ported(tmp_path_factory: pytest.TempPathFactory) -> Path:
     shutil.copytree(EXAMPLES / "data", root / "data")
     proc = subprocess.run(
         [sys.executable, "-m", "tunefleet", "port", "--write", str(root / "ray_tune")],
-        env=_env(),
+        env=script_env(),
         capture_output=True,
         text=True,
         timeout=120,
@@ -48,26 +42,7 @@ def ported(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def run(ported: Path, args: list[str], timeout: float) -> str:
-    proc = subprocess.run(
-        [sys.executable, str(ported / args[0]), *args[1:]],
-        cwd=ported.parent,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-    assert proc.returncode == 0, (
-        f"{args[0]} exited with {proc.returncode}\n"
-        f"--- stdout ---\n{proc.stdout[-4000:]}\n--- stderr ---\n{proc.stderr[-4000:]}"
-    )
-    return proc.stdout
-
-
-def best_config(out: str) -> str:
-    lines = [line for line in out.splitlines() if line.startswith("Best config: {")]
-    assert lines, f"no 'Best config: {{...}}' line in the output:\n{out[-4000:]}"
-    return lines[-1]
+    return run_script([str(ported / args[0]), *args[1:]], ported.parent, timeout).stdout
 
 
 def test_every_example_has_a_ray_tune_form() -> None:
@@ -86,13 +61,13 @@ def test_from_ray_tune_ports_to_the_original(ported: Path) -> None:
     out = run(ported, ["from_ray_tune.py", "--storage-path", str(ported.parent / "r")], 55)
     assert "Trials: 12, errors: 0" in out
     assert "Best checkpoint: step 30" in out
-    assert "'lr'" in best_config(out)
+    assert "'lr'" in best_config_line(out)
 
 
 def test_quickstart(ported: Path) -> None:
     storage = ported.parent / "quickstart_results"
     out = run(ported, ["quickstart.py", "--storage-path", str(storage)], 55)
-    line = best_config(out)
+    line = best_config_line(out)
     for key in ("optimizer", "lr", "width"):
         assert f"'{key}'" in line
     assert "Trials: 8, errors: 0" in out
@@ -162,7 +137,7 @@ def test_torch_examples(ported: Path) -> None:
     out = run(ported, ["lstm_sunspots.py", "--smoke", "--storage-path", storage], 140)
     assert "Trials: 2, errors: 0" in out and "Forecast for 2009" in out
     for key in ("lr", "hidden", "layers", "dropout"):
-        assert f"'{key}'" in best_config(out)
+        assert f"'{key}'" in best_config_line(out)
     out = run(ported, ["lstm_search.py", "--smoke", "--storage-path", storage], 140)
     assert "Search: tpe, scheduler: asha, 4 trials" in out
     out = run(ported, ["trainable_digits.py", "--smoke", "--storage-path", storage], 140)
