@@ -188,6 +188,24 @@ class Searcher(ABC):
         restore_from_dir(self, checkpoint_dir)
 
 
+class WrappingSearcher(Searcher):
+    """A searcher around another (`ConcurrencyLimiter`, `Repeater`): the space it
+    samples, what `save` stores of it and its restore are the wrapped searcher's."""
+
+    searcher: Searcher
+
+    def searched_space(self) -> dict[str, Any] | None:
+        return self.searcher.searched_space()
+
+    def _saved_spec(self) -> dict[str, Any]:
+        return self.searcher._saved_spec()
+
+    def _restore_space(self, saved: dict[str, Any]) -> None:
+        inner = {**saved, "state": saved["state"]["searcher"]}
+        self.searcher._restore_space(inner)
+        self.metric, self.mode = self.searcher.metric, self.searcher.mode
+
+
 class SpaceSearcher(Searcher):
     """A searcher that takes a search space: its own (the constructor's `space`) or the
     experiment's, through `set_search_properties` (Ray's rule for which wins).

@@ -5,13 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from tunefleet._metrics import MetricSpec, ModeSpec
-from tunefleet.search._base import Searcher
+from tunefleet.search._base import Searcher, WrappingSearcher
 from tunefleet.search._shared import check_state_version
 
 _STATE_VERSION = 1
 
 
-class ConcurrencyLimiter(Searcher):
+class ConcurrencyLimiter(WrappingSearcher):
     """Wraps a searcher so that at most `max_concurrent` of its trials run at once.
 
     `suggest` returns None while `max_concurrent` trials it suggested are unfinished.
@@ -107,17 +107,6 @@ class ConcurrencyLimiter(Searcher):
         self.max_concurrent = max_concurrent
         self._limit = not self.searcher.set_max_concurrency(max_concurrent)
         return True
-
-    def searched_space(self) -> dict[str, Any] | None:
-        return self.searcher.searched_space()
-
-    def _saved_spec(self) -> dict[str, Any]:
-        return self.searcher._saved_spec()
-
-    def _restore_space(self, saved: dict[str, Any]) -> None:
-        inner = {**saved, "state": saved["state"]["searcher"]}
-        self.searcher._restore_space(inner)
-        self.metric, self.mode = self.searcher.metric, self.searcher.mode
 
     def get_state(self) -> dict[str, Any]:
         """The live trials, the ends held back for the batch, the searcher's state."""

@@ -8,7 +8,7 @@ from typing import Any, Final
 
 from tunefleet._metrics import MetricSpec, ModeSpec, metric_value, objectives
 from tunefleet._redact import get_logger
-from tunefleet.search._base import Searcher
+from tunefleet.search._base import Searcher, WrappingSearcher
 from tunefleet.search._shared import check_state_version
 
 logger = get_logger(__name__)
@@ -20,7 +20,7 @@ _STATE_VERSION = 1
 _FAILED: Final = "error"
 
 
-class Repeater(Searcher):
+class Repeater(WrappingSearcher):
     """Runs each config of the wrapped searcher `repeat` times (e.g. over random seeds).
 
     The wrapped searcher sees one trial per group (the group's first trial id) and,
@@ -143,16 +143,8 @@ class Repeater(Searcher):
             values[name] = value
         return values
 
-    def searched_space(self) -> dict[str, Any] | None:
-        return self.searcher.searched_space()
-
-    def _saved_spec(self) -> dict[str, Any]:
-        return self.searcher._saved_spec()
-
     def _restore_space(self, saved: dict[str, Any]) -> None:
-        inner = {**saved, "state": saved["state"]["searcher"]}
-        self.searcher._restore_space(inner)
-        self.metric, self.mode = self.searcher.metric, self.searcher.mode
+        super()._restore_space(saved)
         self._metric_spec, self._mode_spec = self.metric, self.mode
         self._constraints = list(self.searcher._saved_spec().get("constraints") or [])
 
