@@ -36,6 +36,7 @@ from tunefleet.store import (
     list_experiments,
     resolve_experiment,
 )
+from tunefleet.store._check import INTERRUPTED, resume_hint, shown_status
 from tunefleet.trial import FailureRecord, Trial, TrialStatus
 
 _STATES = [s.value for s in TrialStatus]
@@ -131,6 +132,11 @@ def _ls(args: argparse.Namespace) -> int:
             right={2, 3, 4, 5, 6, 7},
         )
     )
+    interrupted = [row[0] for row in rows if row[1] == INTERRUPTED]
+    if interrupted:  # a driver that was killed (or lost its machine) left "running" behind
+        print(f"\n{INTERRUPTED}: the driver is gone; the unfinished trials are resumable:")
+        for name in interrupted:
+            print(f"  {resume_hint(name)}")
     return 0
 
 
@@ -144,7 +150,7 @@ def _ls_row(path: Path) -> list[str]:
     counts = Counter(t.status.value for t in trials)
     return [
         path.name,
-        str(meta.get("status", "-")),
+        shown_status(path, meta.get("status")) or "-",
         str(len(trials)),
         *[str(counts.get(s, 0)) for s in _STATES],
         best,
@@ -172,7 +178,10 @@ def _show(args: argparse.Namespace) -> int:
     mode = args.mode or meta.get("mode")
     counts = Counter(t.status.value.lower() for t in trials)
     print(f"Experiment {meta.get('name', path.name)} at {path}")
-    line = f"status: {meta.get('status', '-')}, trainable: {meta.get('trainable', '-')}"
+    status = shown_status(path, meta.get("status")) or "-"
+    if status == INTERRUPTED:
+        status += f" (the driver is gone; resume with: {resume_hint(path.name)})"
+    line = f"status: {status}, trainable: {meta.get('trainable', '-')}"
     if metric:
         line += f", metric: {metric}" + (f" ({mode})" if mode else "")
     print(line)

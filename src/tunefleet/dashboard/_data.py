@@ -21,6 +21,7 @@ from tunefleet.dashboard._json import clean
 from tunefleet.dashboard._scheduler import scheduler_view
 from tunefleet.schedulers import pbt_schedule
 from tunefleet.store import DB_FILENAME, StoreReader, list_experiments
+from tunefleet.store._check import INTERRUPTED, resume_hint, shown_status
 from tunefleet.trial import FailureRecord, Trial, TrialStatus
 
 STATES = [s.value for s in TrialStatus]
@@ -66,9 +67,11 @@ def _list_row(path: Path) -> dict[str, Any]:
     goals = objectives(meta.get("metric"), meta.get("mode"))
     best = _best_trial(trials, goals)
     counts = Counter(t.status.value for t in trials)
+    status = shown_status(path, meta.get("status"))
     return {
         "name": path.name,
-        "status": meta.get("status"),
+        "status": status,
+        "resume": resume_hint(path.name) if status == INTERRUPTED else None,
         "trials": len(trials),
         "counts": {s: counts.get(s, 0) for s in STATES},
         "metric": goals[0][0] if len(goals) == 1 else [m for m, _ in goals] or None,
@@ -83,7 +86,7 @@ def poll(path: Path) -> dict[str, Any]:
     """The cheap answer a page polls: has anything changed, is the experiment running."""
     with StoreReader(path) as reader:
         status, updated = reader.meta().get("status"), reader.last_update()
-    return {"last_update": updated, "status": status}
+    return {"last_update": updated, "status": shown_status(path, status)}
 
 
 def experiment_view(path: Path) -> dict[str, Any]:
@@ -108,12 +111,16 @@ def experiment_view(path: Path) -> dict[str, Any]:
     if scheduler["kind"] == "pbt" and best is not None:
         lineage = pbt_schedule(path, best["trial_id"])
         scheduler["best_lineage"] = [s | {"config": flatten(s["config"])} for s in lineage]
+    status = shown_status(path, meta.get("status"))
     view = {
         "name": path.name,
         "meta": {
+            "status": status,
+            "resume": resume_hint(path.name) if status == INTERRUPTED else None,
+        }
+        | {
             key: meta.get(key)
             for key in (
-                "status",
                 "trainable",
                 "searcher",
                 "scheduler",

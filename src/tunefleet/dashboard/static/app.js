@@ -105,7 +105,8 @@
         ")" : "-";
       body.appendChild(h("tr", { "data-name": e.name },
         h("td", {}, h("a", { href: "#/exp/" + encodeURIComponent(e.name), text: e.name })),
-        h("td", {}, badge(e.status || "-")), h("td", { class: "num", text: String(e.trials ?? "-") }),
+        h("td", { title: e.resume ? "driver gone; resume with: " + e.resume : null },
+          badge(e.status || "-")), h("td", { class: "num", text: String(e.trials ?? "-") }),
         ...STATES.map((s) => h("td", { class: "num", text: String((e.counts || {})[s] ?? "-") })),
         h("td", { text: e.error ? e.error : best }), h("td", { text: when(e.last_update) })));
     }
@@ -257,6 +258,8 @@
         " reported NaN or inf (marked \u26a0): recorded, never ranked best" }));
     }
     if (m.stop_reason) node.appendChild(h("p", { class: "muted", text: "Stopped: " + m.stop_reason }));
+    if (m.resume) node.appendChild(h("p", { class: "nan-note", text: "Interrupted: its driver " +
+      "is gone; the unfinished trials are resumable with: " + m.resume }));
   }
 
   // -- trials table -----------------------------------------------------------------------------
