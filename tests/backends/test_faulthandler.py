@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import ctypes
+import importlib
 import sys
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 import tunefleet as tune
 
@@ -33,3 +37,40 @@ def test_a_segfault_writes_the_python_stack_to_the_trials_stderr(storage: str) -
     assert "Fatal Python error: Segmentation fault" in tail, tail
     assert "crash_in_native_code" in tail, tail
     assert "no crash here" not in tail, "only the crashing trial's own stderr"
+
+
+_CRASHING_MODULE = """
+import ctypes
+import os
+
+import tunefleet as tune
+
+
+def crash_while_importing_here():
+    if os.environ.get("CRASH_AT_IMPORT"):  # only in the worker: the driver imported it first
+        ctypes.string_at(0)  # a real SIGSEGV while the worker loads the trainable
+
+
+crash_while_importing_here()
+
+
+def trainable(config):
+    tune.report(loss=1.0)
+"""
+
+
+def test_a_segfault_while_a_worker_imports_the_trainable_shows_the_python_stack(
+    storage: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "segfaults_at_import.py").write_text(_CRASHING_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = importlib.import_module("segfaults_at_import")
+    monkeypatch.setenv("CRASH_AT_IMPORT", "1")  # workers inherit it; this driver imported it
+    with pytest.raises(RuntimeError) as caught:
+        tune.Tuner(
+            module.trainable,
+            run_config=tune.RunConfig(storage_path=storage, verbose=0),
+        ).fit()
+    text = str(caught.value)
+    assert "Fatal Python error: Segmentation fault" in text, text
+    assert "segfaults_at_import.py" in text and "crash_while_importing_here" in text, text

@@ -44,7 +44,7 @@ from tunefleet.backends.local._resources import (
     detect_gpus,
     detect_memory,
 )
-from tunefleet.backends.local._trainable_file import KEY_ENV, new_key, write_trainable_file
+from tunefleet.backends.local._trainable_file import new_key, write_trainable_file
 from tunefleet.trial import FailureKind, FailureRecord
 
 logger = get_logger(__name__)
@@ -115,7 +115,7 @@ class LocalBackend(PoolBackend[_Process]):
         os.makedirs(self._meta_dir, exist_ok=True)
         self._trainable_file = os.path.join(self._meta_dir, "trainable.pkl")
         self._log = open(os.path.join(self._meta_dir, "workers.log"), "ab")  # noqa: SIM115
-        self._key = new_key()  # verifies the trainable file; given to workers by env only
+        self._key = new_key()  # verifies the trainable file; sent to each worker over its socket
         setup = WorkerSetup(trainable, experiment_name, reuse_actors)
         with spill_to(self._meta_dir):  # with_parameters' large objects: one file
             write_trainable_file(self._trainable_file, setup, self._key)
@@ -275,7 +275,6 @@ class LocalBackend(PoolBackend[_Process]):
         env = dict(os.environ)
         # absolute: trials run in their own folders, where "" would mean something else
         env["TUNEFLEET_SYS_PATH"] = json.dumps([os.path.abspath(p) for p in sys.path])
-        env[KEY_ENV] = self._key.hex()  # never on disk; the worker drops it from its env
         # the worker must import this very tunefleet, installed or not
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [_PACKAGE_ROOT, env.get("PYTHONPATH")]))
         if gpus or self._pool.gpu_free:
@@ -298,6 +297,10 @@ class LocalBackend(PoolBackend[_Process]):
         child.close()
         self._memory.attach(proc.pid)  # before any trial: its children inherit the cgroup
         worker = _Process(proc=proc, conn=Connection(parent.detach()), gpus=gpus)
+        try:  # the key that verifies the trainable file: never on disk, in env or in argv
+            worker.conn.send_bytes(self._key)
+        except OSError:
+            pass  # it died; poll() reports it
         self._workers[worker.conn] = worker
         return worker
 

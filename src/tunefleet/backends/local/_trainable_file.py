@@ -2,7 +2,8 @@
 
 The file holds ``MAGIC``, the hex HMAC-SHA256 of the payload and a newline, then
 the cloudpickled payload. The key is random for each run and reaches the workers
-only through their environment (``KEY_ENV``), never the disk: a file this run did
+only over their socket to the driver, never the disk, their environment or their
+arguments (``/proc/<pid>/environ`` and ``cmdline`` would show it): a file this run did
 not write (a leftover of an earlier run, or one changed since) is refused before
 a byte of it is unpickled.
 """
@@ -15,7 +16,6 @@ import os
 import secrets
 from typing import Any
 
-KEY_ENV = "TUNEFLEET_TRAINABLE_KEY"
 _MAGIC = b"tunefleet-trainable hmac-sha256\n"
 _DIGEST_HEX = 64
 
@@ -59,7 +59,7 @@ def read_trainable_file(path: str, key: bytes) -> Any:
     if not key:
         raise TrainableFileError(
             f"refusing to load the trainable file {path}: this worker was given no key "
-            f"({KEY_ENV} is not set), so the file cannot be verified"
+            "by the driver, so the file cannot be verified"
         )
     try:
         with open(path, "rb") as f:

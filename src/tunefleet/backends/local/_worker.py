@@ -2,12 +2,15 @@
 
 Started as ``python -m tunefleet.backends.local._worker FD TRAINABLE_FILE`` in a
 new session (its own process group), with FD one end of a socket pair to the
-driver. It sends `Ready` once the trainable is loaded (`SetupFailed` if it cannot
-be), then serves the loop's messages (``_protocol.py``) until told to exit.
+driver. The driver first sends, over that socket, the key that verifies the
+trainable file (never in the environment or the arguments, which ``/proc`` shows).
+It sends `Ready` once the trainable is loaded (`SetupFailed` if it cannot be),
+then serves the loop's messages (``_protocol.py``) until told to exit.
 """
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import signal
 import sys
@@ -17,7 +20,8 @@ from multiprocessing.connection import Connection
 
 from tunefleet.backends._loop import TrialLoop
 from tunefleet.backends._protocol import Ready, SetupFailed, WorkerSetup
-from tunefleet.backends.local._trainable_file import KEY_ENV, read_trainable_file
+from tunefleet.backends.local._descendants import kill_descendants, kill_own_cgroup
+from tunefleet.backends.local._trainable_file import read_trainable_file
 from tunefleet.trial import FailureKind, FailureRecord
 
 
@@ -38,10 +42,13 @@ def _become_subreaper() -> None:
 
 
 def _die_with_the_driver() -> None:
-    """If the driver dies (even by SIGKILL), kill this worker's whole process group.
+    """If the driver dies (even by SIGKILL), kill every process this worker started, then
+    its whole process group.
 
     A trial in a long step would otherwise run on, orphaned, and write into a trial
-    directory that a resumed driver is about to use again.
+    directory that a resumed driver is about to use again. Its descendants that left
+    the group (daemons: ``setsid``) are killed through the process tree (this worker
+    is their subreaper) and, where it has one of its own, its cgroup.
     """
     import threading
 
@@ -50,27 +57,31 @@ def _die_with_the_driver() -> None:
     def watch() -> None:
         while os.getppid() == driver:
             time.sleep(0.5)
+        kill_descendants()
+        kill_own_cgroup()
         os.killpg(os.getpgrp(), signal.SIGKILL)
 
     threading.Thread(target=watch, name="tunefleet-driver-watch", daemon=True).start()
 
 
 def main() -> None:
+    # a crash while loading the trainable (a C extension its module imports) leaves
+    # the Python stack in this worker's output, which a failed start-up shows
+    faulthandler.enable(file=sys.stderr, all_threads=False)
     _die_with_the_driver()
     fd = int(sys.argv[1])
     os.set_inheritable(fd, False)  # processes a trial starts must not hold the driver's line
-    # the key that verifies the trainable file: kept from trials and their children
+    conn = Connection(fd)
     try:
-        key = bytes.fromhex(os.environ.pop(KEY_ENV, ""))
-    except ValueError:
-        key = b""  # the load below refuses the file and says why
+        key = conn.recv_bytes(1024)  # the driver sends it first; the load verifies it
+    except (EOFError, OSError):
+        return  # the driver is gone
     extra_path = os.environ.pop("TUNEFLEET_SYS_PATH", None)
     if extra_path:
         import json
 
         sys.path[:0] = [p for p in json.loads(extra_path) if p not in sys.path]
     _become_subreaper()
-    conn = Connection(fd)
     try:
         loop = load(sys.argv[2], key, conn)
     except BaseException as exc:
