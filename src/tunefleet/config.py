@@ -83,6 +83,11 @@ class FailureConfig:
             and fails as TIMEOUT; None: no limit.
         heartbeat_timeout_s: an attempt that reports nothing for this long is killed
             and fails as TIMEOUT; None: no limit.
+        worker_start_timeout_s: a worker process (local backend) that has not loaded
+            the trainable this long after it started, because importing the trainable's
+            module hangs, is killed, and its trial fails as TIMEOUT ("hung while loading
+            the trainable", naming the module); None: $TUNEFLEET_WORKER_START_TIMEOUT_S,
+            else 300 s.
         nan_policy: what a NaN or infinite value of the metric does: "worst" (the
             default, as in Ray Tune the result is recorded and the trial goes on;
             searchers and schedulers see the worst finite value seen instead, it never
@@ -101,6 +106,7 @@ class FailureConfig:
     fail_fast: bool | str = False
     trial_timeout_s: float | None = None
     heartbeat_timeout_s: float | None = None
+    worker_start_timeout_s: float | None = None
     nan_policy: str = "worst"
     memory_usage_threshold: float = 0.95
     node_loss_counts: bool = False
@@ -117,7 +123,7 @@ class FailureConfig:
                 f"FailureConfig.fail_fast={self.fail_fast!r} is not valid: "
                 "it must be True, False or 'raise'"
             )
-        for name in ("trial_timeout_s", "heartbeat_timeout_s"):
+        for name in ("trial_timeout_s", "heartbeat_timeout_s", "worker_start_timeout_s"):
             if getattr(self, name) is not None:
                 _positive_number(f"FailureConfig.{name}", getattr(self, name))
         if self.nan_policy not in ("error", "worst"):

@@ -205,6 +205,7 @@ def _backend(
         reuse_actors=bool(tune_config.reuse_actors),
         resources=totals,
         memory_usage_threshold=run_config.failure_config.memory_usage_threshold,
+        worker_start_timeout_s=run_config.failure_config.worker_start_timeout_s,
     )
     unfit = backend.unfit_reason(resources_of(trainable))
     if unfit is not None and resource_request(trainable) is None:  # else: checked per trial

@@ -23,7 +23,7 @@ from typing import Any
 from tunefleet._params_ref import remove_spilled, spill_to
 from tunefleet._redact import get_logger
 from tunefleet.backends._attempt import Worker, limit_deadline, stderr_tail, trial_stderr_tail
-from tunefleet.backends._base import Event, TrialLaunch
+from tunefleet.backends._base import Event, Failed, TrialLaunch
 from tunefleet.backends._pool import PoolBackend
 from tunefleet.backends._protocol import (
     Exit,
@@ -44,6 +44,7 @@ from tunefleet.backends.local._resources import (
     detect_gpus,
     detect_memory,
 )
+from tunefleet.backends.local._startup import defined_where, hung_record, start_timeout
 from tunefleet.backends.local._trainable_file import new_key, write_trainable_file
 from tunefleet.trial import FailureKind, FailureRecord
 
@@ -61,6 +62,8 @@ class _Process(Worker):
     gpus: tuple[str, ...]  # the devices it sees (CUDA_VISIBLE_DEVICES): reuse key
     held: dict[str, float] = field(default_factory=dict)
     ready: bool = False  # it loaded the trainable
+    started: float = field(default_factory=time.monotonic)  # spawned: its start-up timeout
+    hung: bool = False  # not ready within worker_start_timeout_s: killed
     escaped: list[Any] = field(default_factory=list)  # descendants out of the process group
     memory_failure: FailureRecord | None = None  # a memory watcher killed it: why
 
@@ -87,6 +90,10 @@ class LocalBackend(PoolBackend[_Process]):
             the strongest available).
         node_memory: () -> (bytes in use, bytes total) for the node watcher; default:
             the machine's, or its cgroup's when that limit is smaller.
+        worker_start_timeout_s: a worker not ready this long after it was started hung
+            while loading the trainable (importing its module): its process tree is
+            killed and its trial fails as TIMEOUT (default: $TUNEFLEET_WORKER_START_TIMEOUT_S,
+            else 300 s).
     """
 
     def __init__(
@@ -102,8 +109,11 @@ class LocalBackend(PoolBackend[_Process]):
         memory_usage_threshold: float = 0.95,
         memory_mechanism: str | None = None,
         node_memory: Callable[[], tuple[float, float]] | None = None,
+        worker_start_timeout_s: float | None = None,
     ) -> None:
         super().__init__(reuse=reuse_actors, stop_grace_s=stop_grace_s)
+        self._start_timeout = start_timeout(worker_start_timeout_s)
+        self._trainable_where = defined_where(trainable)
         gpu_ids = detect_gpus()
         total = {"cpu": float(detect_cpus()), "gpu": float(len(gpu_ids)), "memory": detect_memory()}
         total.update(resources or {})
@@ -168,6 +178,7 @@ class LocalBackend(PoolBackend[_Process]):
         for worker in list(self._workers.values()):
             if worker.proc.poll() is not None:
                 self._on_death(worker, events)
+        self._enforce_start_timeout(events)
         self._enforce_deadlines(events)
         self._watch_memory()
         return events
@@ -181,6 +192,27 @@ class LocalBackend(PoolBackend[_Process]):
                 worker.start_clock()  # interpreter start-up is not the trial's time
         elif isinstance(msg, SetupFailed):
             self._fatal = msg.failure
+
+    def _enforce_start_timeout(self, events: list[Event]) -> None:
+        """Kill each worker not ready `worker_start_timeout_s` after it was started, and fail
+        the trial waiting on it (a stopped or retired one is reported at its death)."""
+        now = time.monotonic()
+        for worker in list(self._workers.values()):
+            if worker.ready or worker.hung or now < worker.started + self._start_timeout:
+                continue
+            worker.hung = worker.retiring = True  # never given another trial: replaced
+            _signal_tree(worker, signal.SIGKILL)
+            launch = worker.launch
+            if launch is None or worker.stopping:
+                continue
+            worker.timed_out = True  # reported now, not again at its death
+            if self._by_trial.get(launch.trial_id) is worker:
+                del self._by_trial[launch.trial_id]
+            self._log.flush()
+            failure = hung_record(
+                launch, self._trainable_where, self._start_timeout, self._log.name
+            )
+            events.append(Failed(launch.trial_id, launch.epoch, failure))
 
     def _explain(self, worker: _Process, failure: FailureRecord) -> FailureRecord:
         return self._memory.explain(worker.pid, failure)
@@ -233,7 +265,10 @@ class LocalBackend(PoolBackend[_Process]):
     def _next_deadline(self) -> float | None:
         due = self._memory.due_in()
         memory = None if due is None else time.monotonic() + due
-        return min((d for d in (super()._next_deadline(), memory) if d is not None), default=None)
+        starting = [w.started for w in self._workers.values() if not (w.ready or w.hung)]
+        start = min(starting) + self._start_timeout if starting else None
+        deadlines = (super()._next_deadline(), memory, start)
+        return min((d for d in deadlines if d is not None), default=None)
 
     def _watch_memory(self) -> None:
         """Kill what the memory watchers name (a trial over its limit, the node's newest)."""
