@@ -4,7 +4,8 @@ The store and callbacks get each result as reported; `ObjectiveFilter` decides w
 the algorithms get under `FailureConfig.nan_policy`, and remembers the worst finite
 value of each objective for ``nan_policy="worst"`` (the default: as in Ray Tune the
 trial goes on) and which trials reported a non-finite objective (flagged in the
-progress table and the summary).
+progress table and the summary). An objective reported as text fails the trial under
+any policy: it is never converted, and never ignored as if the trial had run well.
 """
 
 from __future__ import annotations
@@ -46,14 +47,26 @@ _AUTO_KEYS = frozenset(
 )
 
 
+_SHOWN_CHARS = 80  # of a text value, in the failure message
+
+
 @dataclass(frozen=True)
 class NanObjective:
-    """An objective was NaN or infinite with ``nan_policy="error"``: the trial fails."""
+    """An objective is not a usable number and the trial fails: NaN or infinite with
+    ``nan_policy="error"``, or text (``"abc"``, ``"0.5"``) under any policy."""
 
     metric: str
-    value: float
+    value: float | str
 
     def message(self, iteration: Any) -> str:
+        if isinstance(self.value, str):
+            shown = self.value
+            if len(shown) > _SHOWN_CHARS:
+                shown = shown[: _SHOWN_CHARS - 3] + "..."
+            return (
+                f"tune.report(): metric {self.metric!r} is a str ({shown!r}) at iteration "
+                f"{iteration}; report a number (int or float): text is never converted"
+            )
         return (
             f"metric {self.metric!r} is {self.value} at iteration "
             f"{iteration} (FailureConfig.nan_policy="
@@ -78,9 +91,13 @@ class ObjectiveFilter:
         """The result as searchers and schedulers see it: never with a NaN objective.
 
         None: they do not see it (an objective missing). `NanObjective`: an objective
-        was NaN or infinite and the trial fails (nan_policy="error"). With "worst", the
-        value is replaced by the worst finite value of that objective seen so far.
+        was NaN or infinite (nan_policy="error") or text, and the trial fails. With
+        "worst", a NaN is replaced by the worst finite value of that objective seen so far.
         """
+        for metric, _ in self.objectives:
+            raw = lookup(result, metric)
+            if isinstance(raw, str):  # never ignored: the trial would end as if it had run well
+                return NanObjective(metric, raw)
         if not self._usable(trial_id, result):
             return None
         seen = result
