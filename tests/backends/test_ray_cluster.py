@@ -87,10 +87,11 @@ class _Fit:
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.grid: Any = None
         self.error: BaseException | None = None
+        fit = kwargs.pop("fit", run)
 
         def target() -> None:
             try:
-                self.grid = run(*args, **kwargs)
+                self.grid = fit(*args, **kwargs)
             except BaseException as e:
                 self.error = e
 
@@ -103,6 +104,52 @@ class _Fit:
         if self.error is not None:
             raise self.error
         return self.grid
+
+
+class _Committed(tune.Callback):
+    """Set once the driver has recorded a trial's result `mark_at` (and, when the trial
+    checkpoints, that result's checkpoint): an event from the driver itself, so a node
+    removed after it cannot take that checkpoint with it, however busy the machine is
+    (the trial's own mark comes earlier, before its report reaches the driver)."""
+
+    def __init__(self, mark_at: int, checkpoints: bool) -> None:
+        self.mark_at, self.checkpoints = mark_at, checkpoints
+        self.node: str | None = None
+        self.event = threading.Event()
+
+    def on_trial_result(
+        self, iteration: int, trials: list[Any], trial: Any, result: dict[str, Any], **info: Any
+    ) -> None:
+        if self.event.is_set() or result["i"] < self.mark_at:
+            return
+        if self.checkpoints and (trial.checkpoint_iteration or 0) < self.mark_at:
+            return
+        self.node = result["node"]
+        self.event.set()
+
+    def wait(self, timeout: float = 60.0) -> str:
+        assert self.event.wait(timeout), f"no trial reached its mark in {timeout:g} s"
+        assert self.node is not None
+        return self.node
+
+
+def _run_calling_back(
+    callback: tune.Callback, trainable: Any, space: dict[str, Any], storage: str, **kwargs: Any
+) -> Any:
+    """`run`, with a callback in the driver."""
+    return tune.Tuner(
+        trainable,
+        param_space=space,
+        tune_config=tune.TuneConfig(),
+        run_config=tune.RunConfig(
+            storage_path=storage,
+            storage_filesystem=kwargs.pop("storage_filesystem", None),
+            backend="ray",
+            verbose=0,
+            failure_config=kwargs.pop("failure_config", tune.FailureConfig()),
+            callbacks=[callback],
+        ),
+    ).fit()
 
 
 def _marked_node(marks: Path, timeout: float = 60.0) -> str:
@@ -119,10 +166,20 @@ def _marked_node(marks: Path, timeout: float = 60.0) -> str:
 def _lose_node_mid_trial(
     cluster: Cluster, storage: str, marks: Path, space: dict[str, Any], **kwargs: Any
 ) -> tuple[Any, str]:
+    """Removes the node of the trial once the driver has its result `mark_at` (and
+    that result's checkpoint, when the trial checkpoints)."""
     marks = marks / "marks"
     marks.mkdir()
-    fit = _Fit(counting, {**space, "marks": str(marks)}, storage, **kwargs)
-    lost = _marked_node(marks)
+    committed = _Committed(space["mark_at"], bool(space.get("checkpoint")))
+    fit = _Fit(
+        committed,
+        counting,
+        {**space, "marks": str(marks)},
+        storage,
+        fit=_run_calling_back,
+        **kwargs,
+    )
+    lost = committed.wait()
     _remove_node_of(cluster, lost)
     return fit.result(), lost
 
