@@ -111,7 +111,16 @@ class PausePlans:
                 return Decision.CONTINUE
             self._resizes[trial.trial_id] = resources
             return Decision.PAUSE
-        return decision
+        if isinstance(decision, Decision):
+            return decision
+        try:  # "CONTINUE", as Ray's TrialScheduler.CONTINUE is a plain string
+            return Decision(decision)
+        except ValueError:
+            raise ValueError(
+                f"{self._name}.on_trial_result() returned {decision!r} for trial "
+                f"{trial.trial_id}: it must return TrialScheduler.CONTINUE, PAUSE or STOP "
+                "(the strings 'CONTINUE', 'PAUSE', 'STOP'), an Exploit or a Resize"
+            ) from None
 
     def ask(self, scheduler: TrialScheduler, trial: Trial, result: dict[str, Any]) -> Decision:
         """The scheduler's decision on a result (an `Exploit` or `Resize` is a PAUSE,
