@@ -167,20 +167,22 @@ def _lose_node_mid_trial(
     cluster: Cluster, storage: str, marks: Path, space: dict[str, Any], **kwargs: Any
 ) -> tuple[Any, str]:
     """Removes the node of the trial once the driver has its result `mark_at` (and
-    that result's checkpoint, when the trial checkpoints)."""
+    that result's checkpoint, when the trial checkpoints), while the trial holds there."""
     marks = marks / "marks"
     marks.mkdir()
     committed = _Committed(space["mark_at"], bool(space.get("checkpoint")))
+    hold = marks / "released"  # the trial holds after `mark_at` until its node is gone
     fit = _Fit(
         committed,
         counting,
-        {**space, "marks": str(marks)},
+        {**space, "marks": str(marks), "hold": str(hold)},
         storage,
         fit=_run_calling_back,
         **kwargs,
     )
     lost = committed.wait()
     _remove_node_of(cluster, lost)
+    hold.touch()
     return fit.result(), lost
 
 

@@ -30,6 +30,8 @@ def counting(config: dict[str, Any]) -> None:
 
     Each report says where it ran and which iteration the attempt started from; a file
     in `marks` tells the test the node it runs on once it has reported `mark_at` times.
+    With `hold` (a path), the first attempt then waits until that file exists, so the
+    test can take its node away while it surely still runs.
     """
     start = 0
     checkpoint = tune.get_checkpoint()
@@ -39,6 +41,10 @@ def counting(config: dict[str, Any]) -> None:
     node = ray.get_runtime_context().get_node_id()
     trial_id = tune.get_context().get_trial_id()
     for i in range(start + 1, config["iterations"] + 1):
+        hold = config.get("hold")  # the first attempt waits past `mark_at` until released
+        if hold and start == 0 and i == config.get("mark_at", 0) + 1:
+            while not os.path.exists(hold):
+                time.sleep(0.05)
         time.sleep(config.get("sleep", 0.2))
         metrics = {"i": i, "started_from": start, "node": node}
         if config.get("checkpoint"):
