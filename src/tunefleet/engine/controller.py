@@ -103,7 +103,8 @@ class Controller:
         self._held_back: Trial | None = None  # chosen, waits until its resources are free
         self._retries = Retries(spec.max_failures, spec.node_loss_counts, spec.retry_base)
         self._total = total_trials(searcher, spec.num_samples)  # what the live view shows
-        scheduler.set_cluster(Cluster(backend.capacity(), self.running, spec.resources))
+        cluster = Cluster(backend.capacity(), self.running, spec.resources, self.trial_list)
+        scheduler.set_cluster(cluster)
         if trials:  # resumed: retention knows what each trial kept
             for trial_id, path, result in store.kept_checkpoints():
                 self._commits.delete_later(keeper.add(trial_id, path, result))
