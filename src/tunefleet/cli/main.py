@@ -21,6 +21,7 @@ import json
 import math
 import sys
 import time
+import warnings
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -54,7 +55,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return 2
     try:
-        code: int = args.run(args)
+        with warnings.catch_warnings():  # a warning is one line, as the errors are
+            warnings.showwarning = _warning_line(args.command)
+            code: int = args.run(args)
     except (FileNotFoundError, ValueError, KeyError) as exc:
         print(f"tunefleet {args.command}: error: {_message(exc)}", file=sys.stderr)
         return 2
@@ -366,6 +369,18 @@ def _file_tail(path: Path, lines: int = _STDERR_LINES) -> str | None:
         return None
     kept = text.splitlines()[-lines:]
     return redact_text("\n".join(kept)) if kept else None  # no URL password shown
+
+
+def _warning_line(command: str) -> Any:
+    """A `warnings.showwarning` that prints ``tunefleet CMD: warning: ...`` once on stderr."""
+    shown: set[str] = set()
+
+    def show(message: Warning | str, category: type[Warning], *_: Any, **__: Any) -> None:
+        if str(message) not in shown:  # each reader opened warns again
+            shown.add(str(message))
+            print(f"tunefleet {command}: warning: {message}", file=sys.stderr)
+
+    return show
 
 
 def _message(exc: BaseException) -> str:

@@ -102,12 +102,13 @@ def was_started(experiment: Path) -> bool:
     import sqlite3
 
     from tunefleet.store import StoreReader
+    from tunefleet.store._check import CorruptStoreError
 
     try:
         with StoreReader(experiment) as reader:
             return "name" in reader.meta()  # every recorded experiment, of any version
-    except sqlite3.DatabaseError:
-        return True  # damaged, not empty: Tuner.restore will say how
+    except (sqlite3.DatabaseError, CorruptStoreError):
+        return True  # damaged: never reused; Tuner.restore will say how
 
 
 def prepare_resume(
@@ -132,6 +133,11 @@ def prepare_resume(
         trials = reader.trials()
         kinds = ("searcher", "scheduler", "stopper", "callbacks", "clock")
         states = {k: reader.state(k) for k in kinds}
+    if "name" not in meta:  # check_database found tunefleet's tables, whole, but empty
+        raise ValueError(
+            f"{exp / 'experiment.db'} records no experiment (its driver stopped before it "
+            "recorded one); there is nothing to resume"
+        )
     if "id_prefix" not in meta:
         raise ValueError(f"{exp} was made by a tunefleet without resume support; it cannot resume")
     space = _param_space(meta, param_space, force)

@@ -14,39 +14,41 @@ from __future__ import annotations
 
 import fcntl
 import os
-import re
 import socket
 import sqlite3
 import time
 from pathlib import Path
 from types import TracebackType
 
-_PAGE = re.compile(r"[Pp]age (\d+)")
-
-
-class CorruptStoreError(RuntimeError):
-    """The experiment database cannot be trusted; nothing was written to it."""
-
-    def __init__(self, path: Path, detail: str, offset: int | None = None) -> None:
-        where = f" at byte offset {offset}" if offset is not None else ""
-        super().__init__(
-            f"The experiment database {path} is damaged{where}: {detail}. tunefleet will not "
-            "resume it or write to it. Keep a copy of the file; its readable part may be "
-            "recovered with `sqlite3 experiment.db .recover`."
-        )
-        self.path = path
-        self.offset = offset
+from tunefleet.store._integrity import CorruptStoreError as CorruptStoreError  # re-exported
+from tunefleet.store._integrity import (
+    check_files,
+    check_tables,
+    has_log,
+    open_immutable,
+    page_offset,
+)
 
 
 def check_database(path: Path) -> None:
-    """Raise `CorruptStoreError` unless `path` is a readable, consistent SQLite database."""
+    """Raise `CorruptStoreError` unless `path` is a readable, consistent SQLite database.
+
+    It reads and never writes: with no write-ahead log beside it the file is opened
+    ``immutable`` (SQLite creates no ``-wal``/``-shm``), and a log that is not valid
+    is refused rather than let the writer overwrite it.
+    """
     if not path.is_file():
         raise FileNotFoundError(f"no experiment database at {path}")
+    check_files(path, resuming=True)
     try:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        if has_log(path):
+            conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        else:
+            conn = open_immutable(path)
     except sqlite3.Error as exc:
         raise CorruptStoreError(path, str(exc), 0) from exc
     try:
+        check_tables(conn, path)
         page_size = int(conn.execute("PRAGMA page_size").fetchone()[0])
         problems = [row[0] for row in conn.execute("PRAGMA quick_check(20)")]
     except sqlite3.DatabaseError as exc:  # "file is not a database", "malformed"
@@ -56,9 +58,7 @@ def check_database(path: Path) -> None:
     if problems == ["ok"]:
         return
     detail = "; ".join(problems[:5])
-    page = _PAGE.search(detail)
-    offset = (int(page.group(1)) - 1) * page_size if page else None
-    raise CorruptStoreError(path, detail, offset)
+    raise CorruptStoreError(path, detail, page_offset(detail, page_size))
 
 
 class DriverLock:

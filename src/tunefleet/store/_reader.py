@@ -2,7 +2,10 @@
 
 The database is opened with ``mode=ro``: a reader never writes, never holds a
 transaction between calls, and so never blocks the writer (SQLite's WAL mode
-lets readers see the last committed state while a write is in progress).
+lets readers see the last committed state while a write is in progress). A
+database that is empty, not SQLite, truncated or without tunefleet's tables is
+a `CorruptStoreError` when the reader opens it (checked without writing, see
+`_integrity`); a write-ahead log that is not valid is a `StoreWarning`.
 
 If an experiment directory was moved or copied, the absolute paths recorded in
 it (trial directories, checkpoints) are mapped into its new location.
@@ -18,6 +21,14 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from tunefleet.store._integrity import (
+    CorruptStoreError,
+    check_files,
+    check_tables,
+    corrupt,
+    has_log,
+    open_immutable,
+)
 from tunefleet.store._schema import DB_FILENAME, TRIALS_DIRNAME, db_path, decode
 from tunefleet.store._schema import default_storage_path as _default_storage
 from tunefleet.store._writer import trial_from_row
@@ -34,6 +45,8 @@ class StoreReader:
 
     Raises:
         FileNotFoundError: there is no experiment database there.
+        CorruptStoreError: the database is damaged (empty, not SQLite, truncated, no
+            tunefleet tables); a query that finds a damaged page raises it too.
 
     Example:
         >>> with StoreReader(path) as reader:  # doctest: +SKIP
@@ -46,7 +59,7 @@ class StoreReader:
         self.path = self.db_path.parent
         if not self.db_path.is_file():
             raise FileNotFoundError(f"No experiment database at {self.db_path}")
-        self._conn: sqlite3.Connection | None = _connect_read_only(self.db_path)
+        self._conn: sqlite3.Connection | None = _open_checked(self.db_path)
         self._root = str(self.path)
 
     @property
@@ -61,7 +74,11 @@ class StoreReader:
         except sqlite3.OperationalError as exc:
             if "no such table" in str(exc):  # the writer is still creating the schema
                 return []
-            raise
+            if "malformed" not in str(exc) and "not a database" not in str(exc):
+                raise  # locked, busy, I/O: not a damaged database
+            raise corrupt(self._db, self.db_path, exc) from exc
+        except sqlite3.DatabaseError as exc:  # "database disk image is malformed"
+            raise corrupt(self._db, self.db_path, exc) from exc
 
     # -- experiment-level ---------------------------------------------------------------
     def meta(self) -> dict[str, Any]:
@@ -245,6 +262,28 @@ class StoreReader:
         if trial.error is not None and trial.error.checkpoint:
             trial.error.checkpoint = self._move(trial.error.checkpoint)
         return trial
+
+
+def _open_checked(path: Path) -> sqlite3.Connection:
+    """`path` opened read-only after `check_files` and `check_tables` found it whole."""
+    ignore_log = check_files(path)
+    if ignore_log or not has_log(path):  # the file alone is the database: read it as is
+        conn = open_immutable(path)
+        try:
+            check_tables(conn, path)
+        except CorruptStoreError:
+            conn.close()
+            raise
+        if ignore_log:
+            return conn  # mode=ro would make SQLite reset the log it cannot read
+        conn.close()
+    conn = _connect_read_only(path)
+    try:
+        check_tables(conn, path)
+    except CorruptStoreError:
+        conn.close()
+        raise
+    return conn
 
 
 def _connect_read_only(path: Path) -> sqlite3.Connection:

@@ -20,7 +20,9 @@ SCHEMA_VERSION = 1
 DEFAULT_STORAGE = "~/tunefleet_results"
 STORAGE_ENV = "TUNEFLEET_STORAGE"
 
+# One transaction: a reader sees all of tunefleet's tables or none (a new database).
 SCHEMA = """
+BEGIN;
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS state (key TEXT PRIMARY KEY, value TEXT NOT NULL, updated REAL);
 CREATE TABLE IF NOT EXISTS trials (
@@ -56,6 +58,7 @@ CREATE TABLE IF NOT EXISTS checkpoints (
 );
 CREATE INDEX IF NOT EXISTS checkpoints_by_trial ON checkpoints (trial_id, iteration);
 CREATE INDEX IF NOT EXISTS checkpoints_by_path ON checkpoints (path);
+COMMIT;
 """
 
 
