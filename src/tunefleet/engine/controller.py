@@ -43,8 +43,8 @@ logger = logging.getLogger("tunefleet")
 
 _POLL_S = 0.05
 _WAITS = (TrialStatus.PENDING, TrialStatus.PAUSED)
-# stopped by Ctrl-C or a driver error (a callback raised): PAUSED, Tuner.restore resumes them
-_RESUMABLE = (StopCause.INTERRUPTED, StopCause.DRIVER_ERROR)
+# stopped by Ctrl-C/SIGTERM, a driver error (user code raised) or fail_fast: PAUSED, resumable
+_RESUMABLE = (StopCause.INTERRUPTED, StopCause.DRIVER_ERROR, StopCause.FAIL_FAST)
 
 
 class Controller:
@@ -92,7 +92,7 @@ class Controller:
         self._tags: dict[str, str] = {}  # trial id -> its experiment tag, redacted
         self.iteration = 0
         self._started = clock()
-        self._ctrl_c = CtrlC()
+        self.ctrl_c = CtrlC()
         # What searchers and schedulers see of each result (one objective or several).
         self._filter = ObjectiveFilter(spec.metric, spec.mode, nan_policy=spec.nan_policy)
         self._commits = Commits(store, keeper)
@@ -118,7 +118,7 @@ class Controller:
                 total_num_samples=self._total,
             )
         with CtrlC() as ctrl_c:
-            self._ctrl_c = ctrl_c
+            self.ctrl_c = ctrl_c
             try:
                 while not self.is_finished():
                     if ctrl_c.presses:
@@ -495,10 +495,10 @@ class Controller:
                 if not self._endings.told(trial.trial_id):
                     trial.stop_reason = reason
         deadline = time.monotonic() + 15.0
-        presses = self._ctrl_c.presses
+        presses = min(self.ctrl_c.presses, 1)  # a press since the first one: kill now
         try:
             while self.running and time.monotonic() < deadline:
-                if self._ctrl_c.presses > presses:
+                if self.ctrl_c.presses > presses:
                     logger.warning("Interrupted again: killing the trials now")
                     break
                 for event in self.backend.poll(_POLL_S):

@@ -22,37 +22,43 @@ _SLOW_HOOK_S = 0.5
 
 
 class CtrlC:
-    """Counts Ctrl-C presses during a run instead of raising wherever the driver is.
+    """Counts Ctrl-C presses (and SIGTERMs) during a run instead of raising wherever the
+    driver is.
 
     A KeyboardInterrupt raised in the middle of reading a worker's message would cut
     it in half and leave the stream unreadable; the loop checks `presses` between
     steps instead. The first press winds down (trials stopped, results kept), the
     second kills the trials at once, the third raises KeyboardInterrupt where the
-    driver is (a last resort if something hangs). Only the main thread gets signals,
-    so from another thread this does nothing.
+    driver is (a last resort if something hangs). SIGTERM (how `timeout`, Docker,
+    Kubernetes and Slurm stop a program) counts as a press and sets `terminated`: the
+    run winds down the same way, then exits with code 143. Only the main thread gets
+    signals, so from another thread this does nothing.
     """
+
+    _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
     def __init__(self) -> None:
         self.presses = 0
-        self._installed = False
-        self._previous: Any = None
+        self.terminated = False  # a SIGTERM came: exit with 143 once wound down
+        self._previous: dict[int, Any] = {}
 
     def __enter__(self) -> CtrlC:
         if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGINT, self._on_sigint)
-            self._installed = True
+            for signum in self._SIGNALS:
+                self._previous[signum] = signal.signal(signum, self._on_signal)
         return self
 
-    def _on_sigint(self, signum: int, frame: Any) -> None:
+    def _on_signal(self, signum: int, frame: Any) -> None:
         self.presses += 1
+        if signum == signal.SIGTERM:
+            self.terminated = True
         if self.presses >= 3:
             raise KeyboardInterrupt
 
     def __exit__(self, *exc: object) -> None:
-        if self._installed:
-            previous = signal.SIG_DFL if self._previous is None else self._previous
-            signal.signal(signal.SIGINT, previous)
-            self._installed = False
+        for signum, previous in self._previous.items():
+            signal.signal(signum, signal.SIG_DFL if previous is None else previous)
+        self._previous.clear()
 
 
 def warn_if_slow(started: float, what: str) -> None:

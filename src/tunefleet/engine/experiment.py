@@ -8,6 +8,7 @@ import logging
 import math
 import os
 import secrets
+import signal
 import sys
 import time
 from dataclasses import replace
@@ -364,6 +365,8 @@ def _drive(
         reporter.finish(
             list(controller.trial_list), spec.path, controller.stop_reason, controller.progress()
         )
+    if controller.ctrl_c.terminated:  # SIGTERM: wound down and closed; exit as killed by it
+        raise SystemExit(128 + signal.SIGTERM)
     return spec.path
 
 
