@@ -29,6 +29,7 @@ from tunefleet.store import (
     resolve_experiment,
 )
 from tunefleet.store._schema import decode, encode
+from tunefleet.store._writer import StoreWriteError
 from tunefleet.trial import FailureKind, FailureRecord, Trial, TrialStatus
 
 PACKAGE_ROOT = str(Path(tunefleet.__file__).resolve().parent.parent)
@@ -342,7 +343,7 @@ def test_failed_flush_rolls_back_and_keeps_the_buffer(exp: Path) -> None:
 
     real = store._db
     store._conn = _CommitHook(real, fail)  # type: ignore[assignment]
-    with pytest.raises(sqlite3.OperationalError, match="simulated"):
+    with pytest.raises(StoreWriteError, match=r"could not write 1 result\(s\).*simulated"):
         store.flush()
     store._conn = real
     with StoreReader(exp) as reader:

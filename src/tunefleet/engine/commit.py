@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sqlite3
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -15,10 +16,20 @@ from tunefleet.search._base import Searcher
 from tunefleet.stoppers import Stopper
 from tunefleet.storage.checkpoint import CheckpointKeeper, delete_checkpoints
 from tunefleet.store import ExperimentStore
+from tunefleet.store._writer import StoreWriteError
 
 logger = logging.getLogger("tunefleet")
 
 _COMMIT_EVERY_S = 0.02
+_RETRY_EVERY_S = 1.0  # while the store cannot write (disk full, locked)
+# SQLite's result codes that may pass: SQLITE_BUSY, SQLITE_LOCKED, SQLITE_IOERR, SQLITE_FULL
+_TRANSIENT = {5, 6, 10, 13}
+
+
+def _transient(exc: BaseException) -> bool:
+    if isinstance(exc, (sqlite3.OperationalError, StoreWriteError)):
+        return (getattr(exc, "sqlite_errorcode", 0) & 0xFF) in _TRANSIENT
+    return False
 
 
 class Commits:
@@ -26,6 +37,11 @@ class Commits:
 
     Steps commit at most every `_COMMIT_EVERY_S` (a step can be a millisecond);
     a crash loses at most that much, which resume redoes exactly.
+
+    A commit that fails for a reason that may pass (the disk is full, another process
+    locks the database) keeps everything buffered, warns once, and is retried every
+    `_RETRY_EVERY_S` while the run goes on; no checkpoint is deleted until the commit
+    that records why has succeeded. Only the last commit (``final=True``) raises.
     """
 
     def __init__(self, store: ExperimentStore, keeper: CheckpointKeeper) -> None:
@@ -33,17 +49,36 @@ class Commits:
         self._keeper = keeper
         self._to_delete: list[str] = []  # checkpoints to delete after the next commit
         self._committed = 0.0  # time.monotonic() of the last commit
+        self._failing: str | None = None  # why the store could not write, while it cannot
 
     def delete_later(self, paths: list[str]) -> None:
         """Delete these checkpoints once the store has recorded why (the next commit)."""
         self._to_delete.extend(paths)
 
-    def flush(self, *, now: bool = True) -> None:
+    def flush(self, *, now: bool = True, final: bool = False) -> None:
         clock = time.monotonic()
-        if not (now or self._to_delete or clock - self._committed >= _COMMIT_EVERY_S):
+        wait = _RETRY_EVERY_S if self._failing else _COMMIT_EVERY_S
+        if not (final or (now and not self._failing) or clock - self._committed >= wait):
             return
         self._committed = clock
-        self._store.flush()
+        try:
+            self._store.flush()
+        except Exception as exc:
+            if final or not _transient(exc):
+                raise
+            if self._failing is None:
+                logger.warning(
+                    "The experiment store %s cannot write (%s): what it has not written is "
+                    "kept in memory and written once it can; retrying every %.0f s",
+                    self._store.db_path,
+                    getattr(exc, "cause", exc),
+                    _RETRY_EVERY_S,
+                )
+            self._failing = str(exc)
+            return
+        if self._failing is not None:
+            logger.warning("The experiment store writes again; nothing was lost")
+            self._failing = None
         if self._to_delete:
             # a name written again since it was dropped (a PBT exploit's copy, say) stays
             doomed = [p for p in self._to_delete if not self._keeper.is_kept(p)]

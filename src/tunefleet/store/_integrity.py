@@ -69,15 +69,19 @@ def check_files(path: Path, *, resuming: bool = False) -> bool:
     if page_size < 512 or page_size & (page_size - 1):
         raise CorruptStoreError(path, f"its header gives an impossible page size {page_size}", 16)
     pages = int.from_bytes(head[28:32], "big")
-    if head[24:28] == head[92:96] and size < pages * page_size:
+    wal = Path(f"{path}-wal")
+    problem = wal_problem(wal)
+    # A valid log holds pages a checkpoint has not copied (or, on a full disk, could not
+    # finish copying) into the file: SQLite reads them from the log, so a short file
+    # beside a valid log is not truncated.
+    logged = problem is None and wal.is_file() and wal.stat().st_size > 32
+    if head[24:28] == head[92:96] and size < pages * page_size and not logged:
         raise CorruptStoreError(
             path,
             f"the file is truncated: it ends at {size} bytes, but its header says it holds "
             f"{pages} pages of {page_size} bytes ({pages * page_size} bytes)",
             size,
         )
-    wal = Path(f"{path}-wal")
-    problem = wal_problem(wal)
     if problem is None:
         return False
     if resuming:

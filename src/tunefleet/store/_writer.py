@@ -49,6 +49,21 @@ _UPSERT_STATE = (
 )
 
 
+class StoreWriteError(OSError):
+    """The store could not commit; what it had buffered is kept for the next flush."""
+
+    def __init__(self, db_path: Path, cause: sqlite3.Error, results: int, events: int) -> None:
+        super().__init__(
+            f"The experiment store {db_path} could not write {results} result(s) and "
+            f"{events} event(s): {cause}. What it recorded before is intact; free space "
+            "(or end what locks it) and resume the experiment: the trials go on from their "
+            "last recorded checkpoints and redo what was not recorded."
+        )
+        self.db_path = db_path
+        self.cause = str(cause)
+        self.sqlite_errorcode = int(getattr(cause, "sqlite_errorcode", 0))
+
+
 class ExperimentStore:
     """One experiment's SQLite database, opened for writing by its single writer.
 
@@ -203,8 +218,8 @@ class ExperimentStore:
             (t.trial_id, t.index, redact_text(t.name), t.status.value, encode(t.to_json()), now)
             for t in self._dirty.values()
         ]
-        db.execute("BEGIN IMMEDIATE")
         try:
+            db.execute("BEGIN IMMEDIATE")
             db.executemany(_UPSERT_META, self._meta.items())
             db.executemany(_UPSERT_TRIAL, trials)
             db.executemany(
@@ -222,9 +237,13 @@ class ExperimentStore:
                     db.execute(_INSERT_CHECKPOINT, row)
             db.executemany(_UPSERT_STATE, ((k, v, t) for k, (v, t) in self._state.items()))
             db.execute("COMMIT")
-        except BaseException:
+        except BaseException as exc:
             if db.in_transaction:
                 db.execute("ROLLBACK")
+            if isinstance(exc, sqlite3.OperationalError):
+                raise StoreWriteError(
+                    self.db_path, exc, len(self._results), len(self._events)
+                ) from exc
             raise
         self._written_state.update((k, v) for k, (v, _) in self._state.items())
         self._meta.clear()
