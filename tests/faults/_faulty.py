@@ -139,6 +139,7 @@ def faulty(config: dict[str, Any]) -> None:
         with ckpt.as_directory() as d:
             start = int(Path(d, "i").read_text())
     for i in range(start + 1, config["n"] + 1):
+        time.sleep(config.get("pause", 0.0))
         nan = _inject(config, i)
         if i == config.get("free_at") and os.path.exists(config["filler"]):
             os.remove(config["filler"])

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -40,6 +41,7 @@ from tests.helpers.processes import pid_alive
 from tests.helpers.scripts import script_env
 from tunefleet.results import TrialError
 from tunefleet.store import StoreReader
+from tunefleet.store._check import CorruptStoreError
 
 N = 5  # iterations of every trial
 
@@ -334,3 +336,125 @@ def test_the_disk_fills_under_the_store(ctx: Ctx, small_storage: Path) -> None:
     config = ctx.config(fault="fill_disk", at=2, who=1, filler=filler, free_at=4, checkpoints=False)
     fit(spec_of(ctx, config=config))
     check_invariants(ctx, experiment(ctx))
+
+
+# -- the driver SIGKILLed at a random moment ---------------------------------------------------
+def results_recorded(path: str) -> int:
+    if not Path(path, "experiment.db").exists():
+        return 0
+    with StoreReader(path) as reader:
+        return sum(t.num_results for t in reader.trials())
+
+
+def test_the_driver_is_sigkilled_at_a_random_moment(ctx: Ctx) -> None:
+    """A random moment by progress (then up to 0.2 s more): mid-report, -checkpoint or
+    -commit. `tests/engine/test_resume_e2e.py` kills the same way until the end."""
+    rng = random.Random(int(os.environ.get("TUNEFLEET_CHAOS_SEED", "0")) or None)
+    n = 12
+    spec = spec_of(ctx, config=ctx.config(n=n, pause=0.05), trials=3)
+    driver = start_driver(ctx, spec)
+    target = rng.randint(2, 2 * n)
+    while driver.poll() is None and results_recorded(experiment(ctx)) < target:
+        time.sleep(0.02)
+    time.sleep(rng.uniform(0.0, 0.2))
+    driver.kill()
+    driver.communicate(timeout=300)
+    assert_nothing_unfinished_is_finished(experiment(ctx), n)
+    assert_no_process_survives(ctx)
+    restore(ctx)
+    check_invariants(ctx, experiment(ctx), n=n)
+
+
+# -- damaged files ------------------------------------------------------------------------------
+def test_a_corrupt_latest_checkpoint_resumes_from_the_one_before(ctx: Ctx) -> None:
+    """Interrupted, then its newest checkpoint is damaged: the resume skips it, saying why,
+    goes on from the one before and records the iterations after that once."""
+    release = ctx.root / "release"
+    config = ctx.config(hold=[str(release), 4])
+    driver = start_driver(ctx, spec_of(ctx, config=config, trials=1))
+    ctx.wait_for_steps(["step-1-4"], driver)
+    driver.send_signal(signal.SIGINT)
+    driver.communicate(timeout=300)
+    with StoreReader(experiment(ctx)) as reader:
+        (trial,) = reader.trials()
+        newest = trial.latest_checkpoint
+    assert newest is not None and newest.endswith("3")
+    weights = Path(newest, "weights")
+    weights.write_bytes(b"\xff" + weights.read_bytes()[1:])  # one flipped byte
+    release.touch()
+    restore(ctx)
+    check_invariants(ctx, experiment(ctx))
+    with StoreReader(experiment(ctx)) as reader:
+        (trial,) = reader.trials()
+        kinds = [e["kind"] for e in reader.events(trial.trial_id)]
+        assert "rewound" in kinds, kinds
+
+
+def test_a_corrupt_store_is_named_and_never_written(ctx: Ctx) -> None:
+    fit(spec_of(ctx, config=ctx.config()))
+    db = Path(experiment(ctx), "experiment.db")
+    data = bytearray(db.read_bytes())
+    data[100:4096] = b"\xff" * (4096 - 100)
+    db.write_bytes(bytes(data))
+    before = db.read_bytes()
+    with pytest.raises(CorruptStoreError, match=r"experiment.db is damaged.*byte offset"):
+        tune.Tuner.restore(experiment(ctx), faulty)
+    assert db.read_bytes() == before
+    assert_no_process_survives(ctx)
+
+
+# -- a worker hangs while importing the trainable's module ---------------------------------------
+HANGS = """
+import os, time
+from pathlib import Path
+from tests.faults._faulty import faulty
+
+marker = os.environ.get("FAULTS_HANG_MARKER")
+if marker and os.path.exists(marker) and os.environ.get("FAULTS_IN_WORKER"):
+    os.remove(marker)  # this worker hangs; the next one loads
+    Path(os.environ["FAULTS_PIDS"], f"hung-{os.getpid()}").write_text(str(os.getpid()))
+    while True:
+        time.sleep(3600)
+
+
+def train(config):
+    faulty(config)
+"""
+
+
+def test_a_worker_hung_importing_the_trainable_is_killed_and_its_trial_retried(
+    ctx: Ctx, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first worker to load the trainable hangs in its module's import (for ever):
+    the start-up timeout kills it, its trial fails naming the module and is retried on a
+    new worker, and the experiment goes on."""
+    module = ctx.root / "hangs_at_import.py"
+    module.write_text(HANGS)
+    monkeypatch.syspath_prepend(str(ctx.root))
+    import hangs_at_import  # type: ignore[import-not-found]
+
+    marker = ctx.root / "hang-armed"
+    monkeypatch.setenv("FAULTS_HANG_MARKER", str(marker))
+    monkeypatch.setenv("FAULTS_PIDS", str(ctx.pids))
+    monkeypatch.setenv("FAULTS_IN_WORKER", "1")  # the driver imported the module already
+    marker.touch()  # the first worker to start hangs
+    kwargs = build(
+        spec_of(
+            ctx,
+            config=ctx.config(),
+            failure={"max_failures": 1, "worker_start_timeout_s": 5},
+            concurrent=1,
+        )
+    )
+    grid = tune.Tuner(**{**kwargs, "trainable": hangs_at_import.train}).fit()
+    check_invariants(ctx, experiment(ctx))
+    with StoreReader(experiment(ctx)) as reader:
+        failed = [
+            e["data"]
+            for t in reader.trials()
+            for e in reader.events(t.trial_id)
+            if e["kind"] == "failed"
+        ]
+    assert len(failed) == 1 and "hung while loading the trainable" in failed[0]["message"]
+    assert "hangs_at_import" in failed[0]["message"]
+    assert len(grid) == 2
