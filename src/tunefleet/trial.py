@@ -102,7 +102,8 @@ class FailureKind(str, enum.Enum):
     OOM = "OOM"
     GPU_OOM = "GPU_OOM"
     TIMEOUT = "TIMEOUT"
-    NAN_METRIC = "NAN_METRIC"
+    NAN_METRIC = "NAN_METRIC"  # NaN or infinite, with nan_policy="error"
+    BAD_METRIC = "BAD_METRIC"  # an objective that is not a number (text)
     NODE_LOST = "NODE_LOST"
 
 

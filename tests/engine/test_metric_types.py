@@ -50,7 +50,7 @@ def test_a_text_objective_fails_its_trial_naming_key_type_and_value(storage: str
     assert grid.num_errors == 3 and grid.num_terminated == 1
     for kind, shown in (("word", "'abc'"), ("numeric", "'0.5'"), ("long", "'" + "x" * 77)):
         error = by_kind[kind].error
-        assert error is not None and error.kind is tune.FailureKind.NAN_METRIC
+        assert error is not None and error.kind is tune.FailureKind.BAD_METRIC
         text = str(error)
         assert f"metric 'loss' is a str ({shown}" in text and "at iteration 2" in text
         assert "report a number (int or float)" in text

@@ -385,7 +385,7 @@ class Controller:
         self.stopping.add(trial.trial_id)
         self.backend.stop_trial(trial.trial_id, trial.epoch)
         message = nan.message(result.get("training_iteration"))
-        self._on_failed(trial, FailureRecord(kind=FailureKind.NAN_METRIC, message=message))
+        self._on_failed(trial, FailureRecord(kind=nan.kind, message=message))
         self.store.update_trial(trial)
 
     def _on_checkpoint(self, trial: Trial, path: str, result: dict[str, Any]) -> None:

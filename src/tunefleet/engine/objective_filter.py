@@ -24,6 +24,7 @@ from tunefleet._metrics import (
     metric_value,
     objectives,
 )
+from tunefleet.trial import FailureKind
 
 logger = logging.getLogger("tunefleet")
 
@@ -57,6 +58,10 @@ class NanObjective:
 
     metric: str
     value: float | str
+
+    @property
+    def kind(self) -> FailureKind:
+        return FailureKind.BAD_METRIC if isinstance(self.value, str) else FailureKind.NAN_METRIC
 
     def message(self, iteration: Any) -> str:
         if isinstance(self.value, str):
