@@ -35,7 +35,7 @@ from tunefleet.search._base import FINISHED, Searcher
 from tunefleet.stoppers import Stopper
 from tunefleet.storage.checkpoint import Checkpoint, CheckpointKeeper, remove_temporaries
 from tunefleet.store import ExperimentStore
-from tunefleet.trial import FailureKind, FailureRecord, StopCause, Trial, TrialStatus
+from tunefleet.trial import FailureRecord, StopCause, Trial, TrialStatus
 
 __all__ = ["Controller", "ExperimentSpec"]  # ExperimentSpec lives in experiment_spec.py
 
