@@ -423,7 +423,9 @@ def test_dashboard_command_serves_until_interrupted(root: Path) -> None:
             if target != root:  # serving one experiment: the others do not exist for it
                 assert request(found.group(1), "/api/experiments/asha")[0] == 404
             proc.send_signal(signal.SIGINT)
-            assert proc.wait(timeout=20) == 0
+            # communicate: drains both pipes, so a chatty server cannot block on a full one
+            _, err = proc.communicate(timeout=120)  # a safety net; the exit is the event
+            assert proc.returncode == 0, err
         finally:
             if proc.poll() is None:
                 proc.kill()

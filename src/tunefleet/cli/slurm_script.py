@@ -324,10 +324,20 @@ fi
 
 export RAY_ADDRESS="$TF_HEAD_ADDRESS"
 tf_log "running the experiment with RAY_ADDRESS=$RAY_ADDRESS: $TF_COMMAND"
+# A stop that comes while the experiment starts waits until its pid is known: bash runs
+# a trap between commands, so it could otherwise run before TF_EXP_PID is set.
+TF_PENDING=""
+trap 'TF_PENDING="TERM 15"' TERM
+trap 'TF_PENDING="INT 2"' INT
+trap 'TF_PENDING="HUP 1"' HUP
 set -m  # its own process group, which gets SIGINT on a stop like a Ctrl-C would
 bash -c "$TF_COMMAND" &
 TF_EXP_PID=$!
 set +m
+trap 'tf_on_signal TERM 15' TERM
+trap 'tf_on_signal INT 2' INT
+trap 'tf_on_signal HUP 1' HUP
+if [ -n "$TF_PENDING" ]; then tf_on_signal $TF_PENDING; fi
 TF_STATUS=0
 wait "$TF_EXP_PID" || TF_STATUS=$?
 tf_log "the experiment ended with exit status $TF_STATUS"
