@@ -154,6 +154,17 @@ def assert_no_process_survives(
     assert not alive, f"processes of trials survived: {alive}"
 
 
+def failures(path: str) -> list[dict[str, Any]]:
+    """The data of every "failed" event of every trial."""
+    with StoreReader(path) as reader:
+        return [
+            e["data"]
+            for t in reader.trials()
+            for e in reader.events(t.trial_id)
+            if e["kind"] == "failed"
+        ]
+
+
 def fit(spec: dict[str, Any]) -> tune.ResultGrid:
     return tune.Tuner(**build(spec)).fit()
 
@@ -201,13 +212,7 @@ def test_a_fault_in_a_trial(ctx: Ctx, case: str) -> None:
     config = ctx.config(fault=fault.fault, at=fault.at, who=1, **fault.extra)
     fit(spec_of(ctx, config=config, failure=fault.failure, **fault.run))
     check_invariants(ctx, experiment(ctx))
-    with StoreReader(experiment(ctx)) as reader:
-        failed = [
-            e["data"]
-            for t in reader.trials()
-            for e in reader.events(t.trial_id)
-            if e["kind"] == "failed"
-        ]
+    failed = failures(experiment(ctx))
     if fault.cause:
         assert failed and all(fault.cause in json.dumps(f) for f in failed), failed
     if fault.fault in ("fork_child", "daemon"):  # they ran, and were killed
@@ -448,13 +453,7 @@ def test_a_worker_hung_importing_the_trainable_is_killed_and_its_trial_retried(
     )
     grid = tune.Tuner(**{**kwargs, "trainable": hangs_at_import.train}).fit()
     check_invariants(ctx, experiment(ctx))
-    with StoreReader(experiment(ctx)) as reader:
-        failed = [
-            e["data"]
-            for t in reader.trials()
-            for e in reader.events(t.trial_id)
-            if e["kind"] == "failed"
-        ]
+    failed = failures(experiment(ctx))
     assert len(failed) == 1 and "hung while loading the trainable" in failed[0]["message"]
     assert "hangs_at_import" in failed[0]["message"]
     assert len(grid) == 2
