@@ -7,6 +7,7 @@
     tunefleet run SCRIPT ...        tune a script in any language (docs/script_tuning.md)
     tunefleet dashboard [STORAGE]   a read-only web page of the experiments (docs/dashboard.md)
     tunefleet report EXP --out F    one self-contained HTML report of an experiment
+    tunefleet export EXP --out DIR  Ray Tune's per-trial files (params.json, progress.csv, ...)
     tunefleet port PATH... [--write]  rewrite Ray Tune programs' imports (docs/from_ray_tune.md)
 
 EXP is an experiment name under the storage path (``--storage``, default
@@ -117,6 +118,9 @@ def _parser() -> argparse.ArgumentParser:
     from tunefleet.cli.port import add_port_command
 
     add_port_command(sub)
+    from tunefleet.cli.export import add_export_command
+
+    add_export_command(sub)
     return parser
 
 

@@ -14,6 +14,7 @@ import contextlib
 import importlib
 import logging
 import math
+import shlex
 import sys
 import time
 from collections import Counter
@@ -273,6 +274,10 @@ class StatusReporter:
         lines.append(
             f"Watch or share: tunefleet dashboard {experiment_path} | "
             f"tunefleet report {experiment_path} --out report.html"
+        )
+        lines.append(  # the per-trial files Ray Tune writes by default, from the store
+            "Ray Tune's files (params.json, result.json, progress.csv, TensorBoard): "
+            f"tunefleet export {shlex.quote(experiment_path)} --format ray --out ray_files"
         )
         return "\n".join(lines)
 
