@@ -125,7 +125,7 @@ def test_a_pipe_gets_plain_lines_without_escapes(tmp_path: Path) -> None:
     assert 1 <= len(status) <= 2, proc.stdout
     assert "/12 trials done" in status[0]
     assert "Experiment finished in" in proc.stdout and "FAILED" in proc.stdout
-    assert "Watch or share: tunefleet dashboard " in proc.stdout
+    assert "\n  tunefleet dashboard " in proc.stdout  # one command per line
     assert SECRET not in proc.stdout + proc.stderr
 
 

@@ -29,6 +29,7 @@ from typing import Any
 
 from tunefleet._metrics import flatten, metric_value
 from tunefleet._redact import redact_text
+from tunefleet.progress._text import command, short, why_ended
 from tunefleet.progress.snapshot import _metric_and_mode
 from tunefleet.progress.view import NON_FINITE_MARK, non_finite_note
 from tunefleet.results import SCOPES, ResultGrid
@@ -93,6 +94,10 @@ def _parser() -> argparse.ArgumentParser:
         cmd.add_argument("experiment", metavar="EXP", help="experiment name or directory")
         cmd.add_argument("--storage", help="where names are looked up")
         cmd.set_defaults(run=run)
+        if name == "show":
+            cmd.add_argument(
+                "--full", action="store_true", help="print config values whole (not cut to fit)"
+            )
         if name in ("show", "best"):
             cmd.add_argument("--metric", help="metric (default: the experiment's)")
             cmd.add_argument("--mode", choices=["min", "max"], help="default: the experiment's")
@@ -142,8 +147,9 @@ def _ls(args: argparse.Namespace) -> int:
     interrupted = [row[0] for row in rows if row[1] == INTERRUPTED]
     if interrupted:  # a driver that was killed (or lost its machine) left "running" behind
         print(f"\n{INTERRUPTED}: the driver is gone; the unfinished trials are resumable:")
+        storage = None if str(root) == default_storage_path() else str(root)
         for name in interrupted:
-            print(f"  {resume_hint(name)}")
+            print(f"  {resume_hint(name, storage)}")
     return 0
 
 
@@ -187,7 +193,7 @@ def _show(args: argparse.Namespace) -> int:
     print(f"Experiment {meta.get('name', path.name)} at {path}")
     status = shown_status(path, meta.get("status")) or "-"
     if status == INTERRUPTED:
-        status += f" (the driver is gone; resume with: {resume_hint(path.name)})"
+        status += f" (the driver is gone; resume with: {resume_hint(path.name, str(path.parent))})"
     line = f"status: {status}, trainable: {meta.get('trainable', '-')}"
     if metric:
         line += f", metric: {metric}" + (f" ({mode})" if mode else "")
@@ -199,7 +205,7 @@ def _show(args: argparse.Namespace) -> int:
     headers = ["TRIAL", "STATUS", "ITER"]
     if metric:
         headers += [f"LAST {metric}", f"BEST {metric}"]
-    headers.append("CONFIG")
+    headers += ["ENDED", "CONFIG"]
     rows = []
     flagged: dict[str, str] = {}  # trials that reported a NaN or infinite metric
     for trial in trials:
@@ -212,7 +218,8 @@ def _show(args: argparse.Namespace) -> int:
                 flagged[trial.trial_id] = metric
                 mark = f" {NON_FINITE_MARK}"
             row += [_fmt(found[-1] if found else None) + mark, _fmt(_best_of(found, mode))]
-        row.append(_short_config(trial.config))
+        row.append(why_ended(trial) or "-")
+        row.append(_config_cell(trial.config, full=args.full))
         rows.append(row)
     print()
     print(_table(headers, rows, right={2, 3, 4} if metric else {2}))
@@ -280,7 +287,7 @@ def _errors(args: argparse.Namespace) -> int:
     elif retried:
         print(
             f"\n{len(retried)} failed attempt(s) were retried; "
-            f"`tunefleet errors {args.experiment} --all` lists them"
+            f"`{command('tunefleet', 'errors', args.experiment, '--all')}` lists them"
         )
     return 0
 
@@ -339,13 +346,18 @@ def _best_of(values: list[float], mode: str | None) -> float | None:
     return max(finite) if mode == "max" else min(finite)
 
 
-def _short_config(config: dict[str, Any], width: int = 60) -> str:
+def _config_cell(config: dict[str, Any], *, full: bool, width: int = 60) -> str:
+    """``key=value ...`` (nested keys flattened): each value cut to fit and the cell
+    to `width`, unless `full`."""
     parts = []
     for key, value in flatten(config).items():
-        shown = f"{value:.4g}" if isinstance(value, float) else str(value)
+        if full:
+            shown = f"{value:.4g}" if isinstance(value, float) else str(value)
+        else:
+            shown = f"{value:.4g}" if isinstance(value, float) else short(value)
         parts.append(f"{key}={shown}")
     text = " ".join(parts)
-    return text if len(text) <= width else text[: width - 3] + "..."
+    return text if full else short(text, width)
 
 
 def _when(timestamp: float | None) -> str:

@@ -33,6 +33,7 @@ from tunefleet._metrics import (
 )
 from tunefleet._redact import RedactingFilter, redact, redact_text
 from tunefleet.progress import view
+from tunefleet.progress._text import command, config_text, short, why_ended
 from tunefleet.progress.reporters import ProgressReporter, ViewOptions
 from tunefleet.trial import StopCause, Trial, TrialStatus
 
@@ -248,7 +249,7 @@ class StatusReporter:
                 f"{self.metric}={_num(metric_value(best.last_result, self.metric))}"
                 f" (last result, mode={self.mode})"
             )
-            lines.append(f"  config: {redact(best.config)}")
+            lines.append(f"  config: {config_text(redact(best.config))}")
         if non_finite:
             lines.append(view.non_finite_note(non_finite, list(non_finite)))
         if len(self.objectives) > 1:
@@ -267,14 +268,7 @@ class StatusReporter:
                 + (", ..." if len(silent) > 5 else "")
             )
         lines.append(f"Results: {experiment_path}")
-        lines.append(
-            f"Inspect: tunefleet show {experiment_path} | tunefleet best {experiment_path}"
-            + (f" | tunefleet errors {experiment_path}" if failed else "")
-        )
-        lines.append(
-            f"Watch or share: tunefleet dashboard {experiment_path} | "
-            f"tunefleet report {experiment_path} --out report.html"
-        )
+        lines.extend(commands_to_inspect(experiment_path, failed=bool(failed)))
         lines.append(  # the per-trial files Ray Tune writes by default, from the store
             "Ray Tune's files (params.json, result.json, progress.csv, TensorBoard): "
             f"tunefleet export {shlex.quote(experiment_path)} --format ray --out ray_files"
@@ -324,11 +318,13 @@ class StatusReporter:
 
     def _describe(self, trial: Trial) -> str:
         if trial.status is TrialStatus.ERROR and trial.error is not None:
-            return trial.error.one_line()
+            return short(trial.error.one_line(), 200)
+        why = why_ended(trial)
+        why = f" ({why})" if why else ""
         if self.metric and trial.last_result and self.metric in trial.last_result:
             value = _num(trial.last_result[self.metric])
-            return f"{self.metric}={value} after {trial.iteration} iterations"
-        return f"{trial.iteration} iterations"
+            return f"{self.metric}={value} after {trial.iteration} iterations{why}"
+        return f"{trial.iteration} iterations{why}"
 
     def _print(self, text: str) -> None:
         text = redact_text(text)  # secrets never printed
@@ -338,6 +334,20 @@ class StatusReporter:
             print(text, file=self.out, flush=True)
 
 
+def commands_to_inspect(experiment_path: str, *, failed: bool) -> list[str]:
+    """The commands the summary suggests, one per line, each ready to paste."""
+    lines = ["Inspect, watch or share (each line pastes into a shell):"]
+    for words in (
+        ("show", experiment_path),
+        ("best", experiment_path),
+        *([("errors", experiment_path)] if failed else []),
+        ("dashboard", experiment_path),
+        ("report", experiment_path, "--out", "report.html"),
+    ):
+        lines.append("  " + command("tunefleet", *words))
+    return lines
+
+
 def _result_text(trial: Trial) -> str:
     result = trial.last_result or {}
     shown = {
@@ -345,7 +355,7 @@ def _result_text(trial: Trial) -> str:
         for k, v in result.items()
         if isinstance(v, (int, float, str, bool)) and k not in view.AUTO_KEYS
     }
-    text = ", ".join(f"{k}={_num(v)}" for k, v in shown.items())
+    text = ", ".join(f"{short(k)}={short(v)}" for k, v in shown.items())
     return f"iteration {trial.iteration}: {text}"
 
 

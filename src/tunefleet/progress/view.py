@@ -17,6 +17,7 @@ from typing import Any
 
 from tunefleet._metrics import metric_value
 from tunefleet._redact import redact, redact_text
+from tunefleet.progress._text import short, why_ended
 from tunefleet.progress.reporters import ViewOptions
 from tunefleet.trial import Trial, TrialStatus
 
@@ -77,6 +78,7 @@ class Snapshot:
     more_failures: int = 0
     headers: dict[str, str] = field(default_factory=dict)  # column -> header shown
     non_finite: dict[str, str] = field(default_factory=dict)  # trial id -> its NaN metric
+    ended: dict[str, int] = field(default_factory=dict)  # why trials ended -> how many
 
     def header(self, column: str) -> str:
         return self.headers.get(column, column)
@@ -144,6 +146,7 @@ class Snapshot:
         recent = recent[: opts.max_failure_rows]
         snap.failures = [(t.trial_id, _cause(t)) for t in recent]
         snap.more_failures = len(failed_order) - len(recent)
+        snap.ended = ended_counts(trials)
         return snap
 
     def headline(self) -> str:
@@ -177,6 +180,22 @@ def non_finite_note(flagged: Mapping[str, str], named: list[str]) -> str:
         more = len(named) - _NAMED_TRIALS
         text += ": " + ", ".join(named[:_NAMED_TRIALS]) + (f" and {more} more" if more > 0 else "")
     return text
+
+
+def ended_counts(trials: list[Trial]) -> dict[str, int]:
+    """Why the finished trials ended, most common first ("stopped by ASHAScheduler"
+    without the iteration, so that one scheduler's stops add up)."""
+    reasons = Counter(
+        why_ended(t).split(" at iter ")[0]
+        for t in trials
+        if t.status in (TrialStatus.TERMINATED, TrialStatus.ERROR)
+    )
+    return dict(reasons.most_common())
+
+
+def ended_line(ended: Mapping[str, int]) -> str:
+    """``ended: 6 stopped by ASHAScheduler, 2 completed``."""
+    return "ended: " + ", ".join(f"{n} {why}" for why, n in ended.items())
 
 
 def _trials(n: int) -> str:
@@ -232,8 +251,14 @@ def _row(
 def _config_text(config: dict[str, Any], params: list[str] | None) -> str:
     shown = redact(config)
     if params is not None:
-        return ", ".join(f"{p}={_num(_lookup(shown, p))}" for p in params)
-    return ", ".join(f"{k}={_num(v)}" for k, v in shown.items() if not str(k).startswith("__"))
+        return ", ".join(f"{p}={_value(_lookup(shown, p))}" for p in params)
+    return ", ".join(
+        f"{short(k)}={_value(v)}" for k, v in shown.items() if not str(k).startswith("__")
+    )
+
+
+def _value(value: Any) -> str:
+    return "-" if value is None else short(value)
 
 
 def _lookup(config: dict[str, Any], path: str) -> Any:
@@ -312,25 +337,36 @@ def rich_view(snap: Snapshot) -> Any:
                 (f"{snap.best.trial_id}  {snap.metric}={snap.best_value}", "bold green"),
                 (f"  ({snap.mode}, iteration {snap.best.iteration})  ", "dim"),
                 (snap.best.config, ""),
+                no_wrap=True,
+                overflow="ellipsis",
             )
         )
     if snap.running:
+        # Narrow terminal: only the config column shrinks (one line, cut with "…");
+        # trial ids, iterations and metric names keep their width.
         table = Table(box=None, header_style="bold", pad_edge=False, show_edge=False)
-        table.add_column("running")
-        table.add_column("iter", justify="right")
+        ids = [row.trial_id for row in snap.running]
+        table.add_column("running", no_wrap=True, min_width=max(map(len, ids), default=7))
+        table.add_column("iter", justify="right", no_wrap=True)
         for name in snap.metric_columns:
-            table.add_column(snap.header(name), justify="right")
-        table.add_column("config", overflow="ellipsis", no_wrap=True)
+            title = snap.header(name)
+            cells = [len(row.metrics.get(name, "-")) for row in snap.running]
+            table.add_column(
+                title, justify="right", no_wrap=True, min_width=max(len(title), *cells)
+            )
+        table.add_column("config", overflow="ellipsis")
         for row in snap.running:
             table.add_row(
                 row.trial_id,
                 str(row.iteration),
                 *(row.metrics.get(n, "-") for n in snap.metric_columns),
-                row.config,
+                Text(row.config, no_wrap=True, overflow="ellipsis"),
             )
         if snap.more_running:
             table.add_row(f"… {snap.more_running} more", "")
         parts.append(table)
+    if snap.ended:
+        parts.append(Text(ended_line(snap.ended), style="dim"))
     note = snap.nan_note()
     if note is not None:
         parts.append(Text(note, style="yellow"))
@@ -373,6 +409,8 @@ def html_view(snap: Snapshot) -> str:
         out.append("</table>")
         if snap.more_running:
             out.append(f"… {snap.more_running} more running")
+    if snap.ended:
+        out.append(f"<br>{e(ended_line(snap.ended))}")
     note = snap.nan_note()
     if note is not None:
         out.append(f'<br><span style="color:#b60">{e(note)}</span>')

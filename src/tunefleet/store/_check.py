@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import shlex
 import socket
 import sqlite3
 import time
@@ -180,6 +181,10 @@ def shown_status(experiment_path: str | os.PathLike[str], recorded: object) -> s
     return str(recorded)
 
 
-def resume_hint(name: str) -> str:
-    """The command that continues an interrupted experiment."""
-    return f"tunefleet resume {name} --script <file defining the trainable>"
+def resume_hint(name: str, storage: str | None = None) -> str:
+    """The command that continues an interrupted experiment, quoted to paste into a
+    shell (SCRIPT.py stands for the file that defines the trainable)."""
+    words = ["tunefleet", "resume", name, "--script", "SCRIPT.py"]
+    words += ["--storage", storage] if storage else []
+    line = " ".join(shlex.quote(w) for w in words)
+    return f"{line}  # SCRIPT.py: the file that defines the trainable"
