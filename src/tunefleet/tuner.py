@@ -85,8 +85,10 @@ class Tuner:
         self.run_config.validate()
         _check_checkpoint_config(trainable, self.run_config.checkpoint_config)
         from tunefleet.space import validate_space
+        from tunefleet.space._sendable import check_sendable
 
         validate_space(self.param_space)
+        check_sendable(self.param_space)  # before any trial starts
         self._resume: ResumeState | None = None  # set by Tuner.restore
         self._resume_url: str | None = None  # Tuner.restore of an experiment in remote storage
         self._experiment_path: str | None = None  # what get_results() reads

@@ -132,6 +132,8 @@ def _parser() -> argparse.ArgumentParser:
 # -- commands -------------------------------------------------------------------------------
 def _ls(args: argparse.Namespace) -> int:
     root = Path(args.storage or default_storage_path()).expanduser()
+    if root.exists() and not root.is_dir():
+        raise ValueError(f"storage path {str(root)!r} is a file, not a directory")
     paths = list_experiments(root)
     if not paths:
         print(f"No experiments under {root}")

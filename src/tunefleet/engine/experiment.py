@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import datetime
 import inspect
 import logging
 import math
-import os
 import secrets
 import signal
 import sys
 import time
 from dataclasses import replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tunefleet._version import __version__
@@ -23,10 +20,11 @@ from tunefleet.engine.commit import restore_callback_states
 from tunefleet.engine.controller import Controller, ExperimentSpec
 from tunefleet.engine.resume import (
     ResumeState,
+    experiment_dir,
+    held,
     run_config_json,
     stop_kind,
     tune_config_json,
-    was_started,
 )
 from tunefleet.engine.trial_resources import per_trial_resources
 from tunefleet.progress.live import StatusReporter, warnings_shown
@@ -37,13 +35,8 @@ from tunefleet.search._base import sampled_path
 from tunefleet.search._given import WithParamSpace
 from tunefleet.stoppers import Stopper, make_stopper
 from tunefleet.storage.checkpoint import CheckpointKeeper
-from tunefleet.storage.paths import (
-    default_experiment_name,
-    experiment_dirname,
-    local_path,
-    safe_child,
-)
 from tunefleet.store import ExperimentStore
+from tunefleet.store._check import DriverLock
 from tunefleet.trainable import resource_request, resources_of, trainable_name, unwrap
 from tunefleet.trial import StopCause, Trial
 
@@ -79,7 +72,6 @@ def _run(
     trials_out: list[Trial] | None = None,
 ) -> str:
     from tunefleet.storage.location import parse_storage
-    from tunefleet.store._check import DriverLock
 
     if tune_config.reuse_actors is None:  # Ray Tune's default: reuse for functions only
         inner = unwrap(trainable)[0]
@@ -92,9 +84,12 @@ def _run(
         _restore_states(resume, searcher, scheduler, stopper)
         restore_callback_states(resume.callback_states, run_config.callbacks or [])
         name, path = resume.name, resume.path
+        lock = DriverLock(path).__enter__()
     else:  # with remote storage, `path` is the local staging folder
-        name, path = experiment_dir(run_config.storage_path, run_config.name, trainable, storage)
-    with DriverLock(path):
+        name, path, lock = experiment_dir(
+            run_config.storage_path, run_config.name, trainable, storage
+        )
+    with held(lock):
         backend = _backend(trainable, name, path, tune_config, run_config)
         store = ExperimentStore(path)
         remote = _remote(store, name, storage, resume is not None, resume_url, run_config)
@@ -453,55 +448,6 @@ def _flat_criteria(stop: Any) -> dict[str, float]:
         and isinstance(v, (int, float))
         and not isinstance(v, bool)
     }
-
-
-def experiment_dir(
-    storage_path: Any, name: str | None, trainable: Any, storage: Any = None
-) -> tuple[str, str]:
-    """(name, path) of a new experiment; an existing one is never overwritten.
-
-    With remote `storage` (`storage.remote.Storage`), the path is a local staging folder
-    under the default storage path, and a name is taken if it is taken there or in
-    the remote storage.
-    """
-    from tunefleet.store import default_storage_path
-
-    local = storage is None and storage_path
-    root = Path(os.path.expanduser(local_path(os.fspath(storage_path)))) if local else None
-    root = root or Path(default_storage_path())
-    stamp = datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
-    auto = default_experiment_name(trainable_name(trainable), stamp)
-    chosen = experiment_dirname(name) if name else auto  # refuses unsafe names
-    path = Path(safe_child(root, chosen))  # never outside the storage path
-
-    def remote_taken(candidate: str) -> bool:
-        return storage is not None and bool(
-            storage.fs.exists(f"{storage.path}/{candidate}/experiment.db")
-        )
-
-    _remove_if_never_started(path)
-    if (path / "experiment.db").exists() or remote_taken(chosen):
-        new = f"{chosen}_{stamp}"
-        n = 1
-        while (root / new).exists() or remote_taken(new):
-            n += 1
-            new = f"{chosen}_{stamp}_{n}"
-        logger.warning(
-            "An experiment named %r already exists at %s; this run is stored as %r",
-            chosen,
-            storage.join(chosen) if storage is not None else path,
-            new,
-        )
-        chosen, path = new, root / new
-    path.mkdir(parents=True, exist_ok=True)
-    return chosen, str(path.resolve())
-
-
-def _remove_if_never_started(path: Path) -> None:
-    """A database left by a driver killed before it recorded the experiment is reused."""
-    if (path / "experiment.db").exists() and not was_started(path):
-        for suffix in ("", "-wal", "-shm"):
-            Path(f"{path / 'experiment.db'}{suffix}").unlink(missing_ok=True)
 
 
 def new_id_prefix() -> str:

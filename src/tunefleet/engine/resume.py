@@ -18,18 +18,33 @@ Which trials run again:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import datetime
 import difflib
+import errno
 import json
+import logging
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tunefleet.config import CheckpointConfig, FailureConfig, RunConfig, TuneConfig
+from tunefleet.storage.paths import (
+    default_experiment_name,
+    experiment_dirname,
+    local_path,
+    safe_child,
+)
+from tunefleet.store._check import DriverLock
+from tunefleet.trainable import trainable_name
 from tunefleet.trial import StopCause, Trial, TrialStatus
 
 _DEFAULT_SEARCHER = "BasicVariantGenerator"
 _DEFAULT_SCHEDULER = "FIFOScheduler"
+
+logger = logging.getLogger("tunefleet")
 
 
 @dataclass
@@ -109,6 +124,100 @@ def was_started(experiment: Path) -> bool:
             return "name" in reader.meta()  # every recorded experiment, of any version
     except (sqlite3.DatabaseError, CorruptStoreError):
         return True  # damaged: never reused; Tuner.restore will say how
+
+
+def experiment_dir(
+    storage_path: Any, name: str | None, trainable: Any, storage: Any = None
+) -> tuple[str, str, DriverLock]:
+    """(name, path, the driver's lock on it) of a new experiment; an existing one is never
+    overwritten, and two drivers started at once with the same name get one each.
+
+    A directory is claimed by taking its driver lock: whoever holds it owns the name;
+    a name whose lock is held, or whose experiment was started, moves on to the next
+    ``<name>_<timestamp>[_<n>]``. With remote `storage` (`storage.remote.Storage`), the
+    path is a local staging folder under the default storage path, and a name is taken
+    if it is taken there or in the remote storage.
+    """
+    from tunefleet.store import default_storage_path
+
+    local = storage is None and storage_path
+    root = Path(os.path.expanduser(local_path(os.fspath(storage_path)))) if local else None
+    root = root or Path(default_storage_path())
+    _make_root(root)
+    stamp = datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
+    auto = default_experiment_name(trainable_name(trainable), stamp)
+    chosen = experiment_dirname(name) if name else auto  # refuses unsafe names
+    path = Path(safe_child(root, chosen))  # never outside the storage path
+    candidate, n = chosen, 1
+    while True:
+        taken = storage is not None and storage.fs.exists(
+            f"{storage.path}/{candidate}/experiment.db"
+        )
+        lock = None if taken else _claim(root / candidate)
+        if lock is not None:
+            break
+        n += 1
+        candidate = f"{chosen}_{stamp}" if n == 2 else f"{chosen}_{stamp}_{n - 1}"
+    if candidate != chosen:
+        where = storage.join(chosen) if storage is not None else path
+        logger.warning(
+            "An experiment named %r already exists at %s; this run is stored as %r",
+            chosen,
+            where,
+            candidate,
+        )
+    return candidate, str((root / candidate).resolve()), lock
+
+
+def _make_root(root: Path) -> None:
+    """The storage path, made if missing; one line naming it and the problem if it cannot."""
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        probe = root / f".tunefleet-write-check-{os.getpid()}"
+        probe.mkdir()
+        probe.rmdir()
+    except OSError as exc:
+        problem = "it is a file, not a directory" if root.is_file() else _why(exc)
+        raise StoragePathError(f"storage_path={str(root)!r} cannot be used: {problem}") from None
+
+
+def _why(exc: OSError) -> str:
+    if exc.errno == errno.EROFS:
+        return "it is on a read-only file system"
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return "it is not writable by this user"
+    if exc.errno == errno.ENOTDIR:
+        return "a part of it is a file, not a directory"
+    return exc.strerror or str(exc)
+
+
+class StoragePathError(ValueError):
+    """A storage_path that is a file, read-only or cannot be made: the message says which."""
+
+
+def _claim(path: Path) -> DriverLock | None:
+    """Hold `path`'s driver lock if the directory is free: no driver holds it and no
+    experiment was recorded there (a database left by a driver killed before it recorded
+    the experiment is reused). None if it is taken."""
+    lock = DriverLock(path)
+    try:
+        lock.__enter__()  # makes the directory; the lock is ours or another driver's
+    except RuntimeError:  # held by a driver running now
+        return None
+    database = path / "experiment.db"
+    if database.exists() and was_started(path):
+        lock.__exit__(None, None, None)
+        return None
+    for suffix in ("", "-wal", "-shm"):  # never started: reused
+        Path(f"{database}{suffix}").unlink(missing_ok=True)
+    return lock
+
+
+def held(lock: DriverLock) -> contextlib.ExitStack:
+    """A context that releases `lock`, already taken, as it exits."""
+    stack = contextlib.ExitStack()
+    stack.push(lock)
+    return stack
 
 
 def prepare_resume(

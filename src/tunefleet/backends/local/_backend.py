@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
+import cloudpickle
+
 from tunefleet._params_ref import remove_spilled, spill_to
 from tunefleet._redact import get_logger
 from tunefleet.backends._attempt import Worker, limit_deadline, stderr_tail, trial_stderr_tail
@@ -46,6 +48,7 @@ from tunefleet.backends.local._resources import (
 )
 from tunefleet.backends.local._startup import defined_where, hung_record, start_timeout
 from tunefleet.backends.local._trainable_file import new_key, write_trainable_file
+from tunefleet.space._sendable import pickling_problem
 from tunefleet.trial import FailureKind, FailureRecord
 
 logger = get_logger(__name__)
@@ -121,6 +124,7 @@ class LocalBackend(PoolBackend[_Process]):
         self._memory_usage_threshold = memory_usage_threshold  # node watcher (_memory.py)
         self._kill_grace = kill_grace_s
         self._workers: dict[Connection, _Process] = {}
+        self._unsent: list[Event] = []  # trials whose config could not be pickled
         self._meta_dir = os.path.join(experiment_path, ".tunefleet")
         os.makedirs(self._meta_dir, exist_ok=True)
         self._trainable_file = os.path.join(self._meta_dir, "trainable.pkl")
@@ -148,6 +152,16 @@ class LocalBackend(PoolBackend[_Process]):
 
     # -- trials --------------------------------------------------------------------------
     def start_trial(self, launch: TrialLaunch) -> None:
+        problem = pickling_problem(launch.config)
+        if problem is not None:  # e.g. what a sample_from function returned: its ERROR
+            failure = FailureRecord(
+                kind=FailureKind.EXCEPTION,
+                message=f"the trial's config cannot be sent to a worker process ({problem}); "
+                "pass such objects with tune.with_parameters",
+                exception_type=problem.partition(":")[0],
+            )
+            self._unsent.append(Failed(launch.trial_id, launch.epoch, failure))
+            return
         gpus = tuple(self._pool.allocate(launch.resources))
         worker = self._idle_worker(gpus) or self._spawn(gpus)
         worker.held = launch.resources
@@ -162,8 +176,8 @@ class LocalBackend(PoolBackend[_Process]):
 
     # -- events --------------------------------------------------------------------------
     def poll(self, timeout: float) -> list[Event]:
-        events: list[Event] = []
-        for ready in wait(list(self._workers), self._poll_timeout(timeout)):
+        events, self._unsent = self._unsent, []
+        for ready in wait(list(self._workers), 0 if events else self._poll_timeout(timeout)):
             worker = self._workers.get(ready)  # type: ignore[call-overload]
             if worker is None:
                 continue
@@ -344,8 +358,13 @@ class LocalBackend(PoolBackend[_Process]):
         self._send(worker, Exit())
 
     def _send(self, worker: _Process, msg: ToWorker) -> None:
+        # cloudpickle, as Ray: never multiprocessing's pickler, whose reducers (torch's
+        # for tensors) would share memory through a side channel the worker cannot use
         try:
-            worker.conn.send(msg)
+            if isinstance(msg, Start):
+                worker.conn.send_bytes(cloudpickle.dumps(msg))
+            else:
+                worker.conn.send(msg)
         except OSError:
             pass  # it died; poll() reports it
 
