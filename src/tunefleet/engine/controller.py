@@ -21,7 +21,7 @@ from tunefleet.engine.controller_util import CtrlC, ask_searcher, total_trials, 
 from tunefleet.engine.decisions import PausePlans, Retries, can_exploit, ended_by, experiment_stop
 from tunefleet.engine.experiment_spec import ExperimentSpec
 from tunefleet.engine.launch import new_trial, trial_launch
-from tunefleet.engine.objective_filter import NanObjective, ObjectiveFilter
+from tunefleet.engine.objective_filter import NanObjective
 from tunefleet.engine.restart import (
     checkpoint_home,
     copy_for_exploit,
@@ -94,7 +94,7 @@ class Controller:
         self._started = clock()
         self.ctrl_c = CtrlC()
         # What searchers and schedulers see of each result (one objective or several).
-        self._filter = ObjectiveFilter(spec.metric, spec.mode, nan_policy=spec.nan_policy)
+        self._filter = util.result_filter(spec, scheduler)
         self._commits = Commits(store, keeper)
         name = type(scheduler).__name__
         self._plans = PausePlans(name, self.trials, backend.unfit_reason, keeper.is_kept)

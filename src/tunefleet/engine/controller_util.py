@@ -10,7 +10,10 @@ import time
 from collections.abc import Callable
 from typing import Any, Literal
 
+from tunefleet._metrics import objectives
 from tunefleet._redact import redact, redact_text
+from tunefleet.engine.experiment_spec import ExperimentSpec
+from tunefleet.engine.objective_filter import ObjectiveFilter, RequiredKey
 from tunefleet.result import SHOULD_CHECKPOINT
 from tunefleet.schedulers._base import TrialScheduler
 from tunefleet.search._base import FINISHED, Searcher
@@ -105,6 +108,21 @@ def safe_tag(trial: Trial, cache: dict[str, str]) -> str:
         redact(trial.config)  # learns the config's secrets, for redact_text
         tag = cache[trial.trial_id] = redact_text(trial.experiment_tag)
     return tag
+
+
+def result_filter(spec: ExperimentSpec, scheduler: TrialScheduler) -> ObjectiveFilter:
+    """What the algorithms see of each result; each trial's first result must have the
+    metric(s), the scheduler's metric and ``time_attr`` and the ``stop`` keys."""
+    required = [RequiredKey(m, "TuneConfig(metric=...)") for m, _ in objectives(spec.metric, None)]
+    name = type(scheduler).__name__
+    own = scheduler.metric
+    if isinstance(own, str) and all(own != r.key for r in required):
+        required.append(RequiredKey(own, f"{name}(metric=...)"))
+    time_attr = getattr(scheduler, "time_attr", None)  # the base has none; most schedulers do
+    if isinstance(time_attr, str):
+        required.append(RequiredKey(time_attr, f"{name}(time_attr=...)"))
+    required += [RequiredKey(k, "RunConfig(stop=...)", strict=False) for k in spec.stop_criteria]
+    return ObjectiveFilter(spec.metric, spec.mode, nan_policy=spec.nan_policy, required=required)
 
 
 class Endings:

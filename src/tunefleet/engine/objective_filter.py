@@ -5,13 +5,21 @@ the algorithms get under `FailureConfig.nan_policy`, and remembers the worst fin
 value of each objective for ``nan_policy="worst"`` (the default: as in Ray Tune the
 trial goes on) and which trials reported a non-finite objective (flagged in the
 progress table and the summary). An objective reported as text fails the trial under
-any policy: it is never converted, and never ignored as if the trial had run well.
+any policy: it is never converted, and never ignored as if the trial had run well;
+so does a list, a dict or an array (a multi-element tensor).
+
+Each trial's first result is checked for the keys the run depends on (`RequiredKey`:
+the metric, a scheduler's ``time_attr``, the ``stop`` keys): one missing is a
+ValueError that ends the experiment before a typo spends the whole budget.
 """
 
 from __future__ import annotations
 
+import difflib
 import logging
 import math
+import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +28,7 @@ from tunefleet._metrics import (
     MetricSpec,
     ModeSpec,
     as_number,
+    flatten,
     lookup,
     metric_value,
     objectives,
@@ -49,28 +58,40 @@ _AUTO_KEYS = frozenset(
 
 
 _SHOWN_CHARS = 80  # of a text value, in the failure message
+_LISTED = 30  # keys of the result named in a missing-key error
+STRICT_ENV = "TUNE_DISABLE_STRICT_METRIC_CHECKING"  # Ray's: "1" allows a first result without
+
+
+def _shorten(text: str) -> str:
+    return text if len(text) <= _SHOWN_CHARS else text[: _SHOWN_CHARS - 3] + "..."
 
 
 @dataclass(frozen=True)
 class NanObjective:
     """An objective is not a usable number and the trial fails: NaN or infinite with
-    ``nan_policy="error"``, or text (``"abc"``, ``"0.5"``) under any policy."""
+    ``nan_policy="error"``, or text (``"abc"``, ``"0.5"``), a list, a dict or an array
+    under any policy."""
 
     metric: str
-    value: float | str
+    value: Any
 
     @property
     def kind(self) -> FailureKind:
-        return FailureKind.BAD_METRIC if isinstance(self.value, str) else FailureKind.NAN_METRIC
+        is_float = isinstance(self.value, float)
+        return FailureKind.NAN_METRIC if is_float else FailureKind.BAD_METRIC
 
     def message(self, iteration: Any) -> str:
         if isinstance(self.value, str):
-            shown = self.value
-            if len(shown) > _SHOWN_CHARS:
-                shown = shown[: _SHOWN_CHARS - 3] + "..."
             return (
-                f"tune.report(): metric {self.metric!r} is a str ({shown!r}) at iteration "
-                f"{iteration}; report a number (int or float): text is never converted"
+                f"tune.report(): metric {self.metric!r} is a str ({_shorten(self.value)!r}) at "
+                f"iteration {iteration}; report a number (int or float): text is never converted"
+            )
+        if not isinstance(self.value, float):
+            shown = _shorten(" ".join(repr(self.value).split()))
+            return (
+                f"tune.report(): metric {self.metric!r} is a {type(self.value).__name__} "
+                f"({shown}) at iteration {iteration}; report a number (int or float, a numpy "
+                "scalar or a 0-d tensor): reduce it first, e.g. loss.mean().item()"
             )
         return (
             f"metric {self.metric!r} is {self.value} at iteration "
@@ -79,12 +100,66 @@ class NanObjective:
         )
 
 
-class ObjectiveFilter:
-    """Checks each result's objectives (one metric and mode, or several) for the algorithms."""
+@dataclass(frozen=True)
+class RequiredKey:
+    """A key each trial's first result must have, and what wants it (for the error):
+    ``strict`` keys (metrics) may be let off with TUNE_DISABLE_STRICT_METRIC_CHECKING=1."""
 
-    def __init__(self, metric: MetricSpec, mode: ModeSpec, *, nan_policy: str) -> None:
+    key: str
+    owner: str  # e.g. "TuneConfig(metric=...)", "ASHAScheduler(time_attr=...)"
+    strict: bool = True
+
+
+def check_first_result(trial_id: str, result: dict[str, Any], keys: Sequence[RequiredKey]) -> bool:
+    """Whether `result` was checked; a ValueError names the first of `keys` it lacks,
+    the keys it has and the closest match. Auto-filled keys always count as present;
+    as in Ray, a result with nothing but auto-filled keys is not checked."""
+    flat = flatten({k: v for k, v in result.items() if k != "config"})
+    has = sorted(k for k in flat if k.split("/", 1)[0] not in _AUTO_KEYS)
+    if not has:
+        return False
+    lenient = os.environ.get(STRICT_ENV) == "1"
+    for need in keys:
+        if need.key in _AUTO_KEYS or lookup(result, need.key) is not MISSING:
+            continue
+        if need.strict and lenient:
+            continue
+        close = difflib.get_close_matches(need.key, list(flat), n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else "."
+        listed = ", ".join(has[:_LISTED]) + (
+            f" and {len(has) - _LISTED} more" if has[_LISTED:] else ""
+        )
+        off = (
+            f" Set {STRICT_ENV}=1 to allow results without it (then they are recorded "
+            "but not used by the searcher or scheduler)."
+            if need.strict
+            else ""
+        )
+        raise ValueError(
+            f"{need.owner}: {need.key!r} is not in the first result of trial {trial_id!r}, "
+            f"which has {listed} (and the auto-filled keys){hint} The experiment was "
+            f"stopped before more trials started; report {need.key!r} with tune.report() "
+            f"or fix the name.{off}"
+        )
+    return True
+
+
+class ObjectiveFilter:
+    """Checks each result's objectives (one metric and mode, or several) for the algorithms,
+    and each trial's first result for the `required` keys (`check_first_result`)."""
+
+    def __init__(
+        self,
+        metric: MetricSpec,
+        mode: ModeSpec,
+        *,
+        nan_policy: str,
+        required: Sequence[RequiredKey] = (),
+    ) -> None:
         self.objectives = objectives(metric, mode)
         self.nan_policy = nan_policy
+        self.required = list(required)
+        self._checked: set[str] = set()  # trials whose first result was checked
         self._worst: dict[str, float] = {}  # worst finite value per objective
         self._missing_warned: set[str] = set()  # trials warned about a missing objective
         # trial id -> the first non-finite objective it reported (flagged, warned once)
@@ -96,12 +171,15 @@ class ObjectiveFilter:
         """The result as searchers and schedulers see it: never with a NaN objective.
 
         None: they do not see it (an objective missing). `NanObjective`: an objective
-        was NaN or infinite (nan_policy="error") or text, and the trial fails. With
-        "worst", a NaN is replaced by the worst finite value of that objective seen so far.
+        was NaN or infinite (nan_policy="error") or not a number, and the trial fails.
+        With "worst", a NaN is replaced by the worst finite value of that objective seen
+        so far. Raises ValueError when a trial's first result lacks a required key.
         """
+        if trial_id not in self._checked and check_first_result(trial_id, result, self.required):
+            self._checked.add(trial_id)
         for metric, _ in self.objectives:
             raw = lookup(result, metric)
-            if isinstance(raw, str):  # never ignored: the trial would end as if it had run well
+            if _not_a_number(raw):  # never ignored: the trial would end as if it had run well
                 return NanObjective(metric, raw)
         if not self._usable(trial_id, result):
             return None
@@ -168,6 +246,13 @@ class ObjectiveFilter:
             if as_number(raw) is None:
                 return False
         return True
+
+
+def _not_a_number(raw: Any) -> bool:
+    """Text, a list, a dict, an array: not None (unset), not a bool (taken as 0 or 1)."""
+    if raw is MISSING or raw is None or isinstance(raw, bool):
+        return False
+    return as_number(raw) is None
 
 
 def _with_value(result: dict[str, Any], metric: str, value: float) -> dict[str, Any]:
