@@ -287,7 +287,7 @@ def test_summary_prints_no_secret() -> None:
     reporter.finish([trial, failed], "/tmp/exp", None)
     text = out.getvalue()
     assert "sum-ak-2468" not in text and "sum-tok-1357" not in text
-    assert "'api_key': '***'" in text and "bad key ***" in text
+    assert "api_key=***" in text and "bad key ***" in text
 
 
 def test_store_holds_no_secret(tmp_path: Path) -> None:
