@@ -2,17 +2,32 @@
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+# Two installs into the one .venv, each with its own stamp: `make demo` needs only
+# tunefleet and PyTorch (911 MB, see the README); `make test` and `make check` add the
+# [dev] extras (Ray, Optuna, W&B, Lightning, ...) on top, keeping what is there (pip's
+# only-if-needed: only tunefleet's editable link is redone).
+DEMO_STAMP := $(VENV)/.installed-demo
 STAMP := $(VENV)/.installed
 # The CPU build of PyTorch (a plain `torch` would pull gigabytes of CUDA).
 TORCH := torch==2.13.0
 
 .PHONY: demo test test-fast check bench bench-scale bench-efficiency bench-peers clean
 
-$(STAMP): pyproject.toml
+$(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet $(TORCH)
-	$(BIN)/pip install --quiet -e '.[dev,torch]'
+
+$(DEMO_STAMP): pyproject.toml | $(BIN)/python
+	@echo ">>> installing PyTorch (CPU build, ~200 MB download, ~1 GB installed): about a minute"
+	$(BIN)/pip install $(TORCH)
+	@echo ">>> installing tunefleet (editable) and its base dependencies: a few seconds"
+	$(BIN)/pip install --quiet -e '.[torch]'
+	touch $(DEMO_STAMP)
+
+$(STAMP): pyproject.toml $(DEMO_STAMP)
+	@echo ">>> installing the test and check tools, the [dev] extras (Ray, Optuna, W&B,"
+	@echo ">>> Lightning, Keras, Transformers, ...: ~220 packages, ~1.8 GB more): about four minutes"
+	$(BIN)/pip install -e '.[dev,torch]'
 	# HEBO pins numpy<1.25 in its metadata but runs on numpy 2 (its needs are in [dev])
 	$(BIN)/pip install --quiet --no-deps 'HEBO==0.3.6'
 	touch $(STAMP)
@@ -23,7 +38,7 @@ $(BENCH_STAMP): $(STAMP)
 	$(BIN)/pip install --quiet -e '.[dev,torch,bench]'
 	touch $(BENCH_STAMP)
 
-demo: $(STAMP)
+demo: $(DEMO_STAMP)
 	$(BIN)/python examples/lstm_sunspots.py
 
 test: $(STAMP)
