@@ -43,6 +43,7 @@ from tunefleet.backends._protocol import (
     TrialMessage,
     TrialResults,
     WorkerSetup,
+    send,
 )
 from tunefleet.result import DEFAULT_METRIC, SHOULD_CHECKPOINT, TRAINING_ITERATION
 from tunefleet.session import StopTrial, TrialSession, TuneContext
@@ -93,11 +94,11 @@ class TrialLoop:
         return msg
 
     def _send(self, msg: TrialMessage) -> None:
-        self._channel.send(msg)
+        send(self._channel, msg)
 
     def _send_results(self, batch: list[ResultItem]) -> None:
         assert self._current is not None
-        self._channel.send(TrialResults(self._current[0], self._current[1], batch))
+        send(self._channel, TrialResults(self._current[0], self._current[1], batch))
 
     def _poll_control(self, block: bool) -> str | None:
         """Read control messages for the running trial; return STOP/PAUSE/CONTINUE."""

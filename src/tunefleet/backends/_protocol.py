@@ -11,12 +11,25 @@ message and a NamedTuple costs little more than a plain tuple to build and pickl
 
 from __future__ import annotations
 
+import pickle
+from multiprocessing.connection import Connection
 from typing import Any, NamedTuple
 
 from tunefleet.backends._base import FinishHow, TrialLaunch
 from tunefleet.trial import FailureRecord
 
 ResultItem = tuple[dict[str, Any], str | None]  # (metrics, checkpoint path)
+
+
+def send(conn: Connection, msg: Any) -> None:
+    """Send `msg` pickled by value with the plain pickler, never `Connection.send`'s.
+
+    multiprocessing's pickler carries reducers that other libraries register on it
+    (torch's, once ``torch.multiprocessing`` is imported, share a tensor's memory
+    through a side channel), so a tensor in a report or a config would reach the other
+    side as a handle it cannot open. `Connection.recv` reads these bytes as usual.
+    """
+    conn.send_bytes(pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL))
 
 
 class WorkerSetup(NamedTuple):

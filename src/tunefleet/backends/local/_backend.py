@@ -38,6 +38,7 @@ from tunefleet.backends._protocol import (
     TrialFinished,
     TrialResults,
     WorkerSetup,
+    send,
 )
 from tunefleet.backends.local._memory import MemoryGuard
 from tunefleet.backends.local._resources import (
@@ -364,7 +365,7 @@ class LocalBackend(PoolBackend[_Process]):
             if isinstance(msg, Start):
                 worker.conn.send_bytes(cloudpickle.dumps(msg))
             else:
-                worker.conn.send(msg)
+                send(worker.conn, msg)
         except OSError:
             pass  # it died; poll() reports it
 

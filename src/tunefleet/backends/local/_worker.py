@@ -19,7 +19,7 @@ import traceback
 from multiprocessing.connection import Connection
 
 from tunefleet.backends._loop import TrialLoop
-from tunefleet.backends._protocol import Ready, SetupFailed, WorkerSetup
+from tunefleet.backends._protocol import Ready, SetupFailed, WorkerSetup, send
 from tunefleet.backends.local._descendants import kill_descendants, kill_own_cgroup
 from tunefleet.backends.local._trainable_file import read_trainable_file
 from tunefleet.trial import FailureKind, FailureRecord
@@ -91,9 +91,9 @@ def main() -> None:
             traceback="".join(traceback.format_exception(exc)),
             exception_type=type(exc).__name__,
         )
-        conn.send(SetupFailed(failure))
+        send(conn, SetupFailed(failure))
         return
-    conn.send(Ready(os.getpid()))
+    send(conn, Ready(os.getpid()))
     loop.serve()
 
 
