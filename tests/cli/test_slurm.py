@@ -26,6 +26,7 @@ from typing import Any
 import psutil
 import pytest
 
+from tests.helpers.processes import default_sigint
 from tunefleet.cli import main
 from tunefleet.cli.slurm import SlurmOptions, render_sbatch, time_seconds
 
@@ -483,7 +484,7 @@ def test_a_stop_signal_winds_the_experiment_down_then_stops_ray(
     path = _write(tmp_path / "job.sbatch", script)
     proc = subprocess.Popen(
         ["bash", str(path)], env=fake.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        text=True,
+        text=True, preexec_fn=default_sigint,  # the experiment's INT trap must be honoured
     )  # fmt: skip
     try:
         deadline = time.monotonic() + 30

@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 import pytest
 
 import tunefleet as tune
-from tests.helpers.processes import meet, meeting
+from tests.helpers.processes import default_sigint, meet, meeting
 from tunefleet.cli import main
 from tunefleet.dashboard import DashboardServer, write_report
 from tunefleet.dashboard._json import to_json
@@ -410,6 +410,7 @@ def test_dashboard_command_serves_until_interrupted(root: Path) -> None:
             stderr=subprocess.PIPE,
             text=True,
             env=env,
+            preexec_fn=default_sigint,  # it is stopped with SIGINT below
         )
         try:
             assert proc.stdout is not None

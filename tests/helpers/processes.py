@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -55,3 +56,14 @@ def meeting(tmp_path: Path, population: int) -> dict[str, Any]:
     folder = tmp_path / "meet"
     folder.mkdir()
     return {"meet": str(folder), "population": population}
+
+
+def default_sigint() -> None:
+    """`preexec_fn` for a child the test stops with SIGINT (as Ctrl-C would).
+
+    A suite started in the background (``make test &``) ignores SIGINT, and a child
+    inherits an ignored signal: a Python child then never raises KeyboardInterrupt,
+    and bash never runs its INT trap. The child gets the default back.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
