@@ -21,26 +21,25 @@ def reports_tensors(config: dict[str, Any]) -> None:
     tune.report({"loss": value, "weights": torch.arange(3.0)})
 
 
-def test_a_reported_tensor_reaches_the_driver_by_value(storage: str) -> None:
+def run(storage: str, as_metric: bool) -> tune.Result:
     grid = tune.Tuner(
         reports_tensors,
-        param_space={"as_metric": False},
+        param_space={"as_metric": as_metric},
         tune_config=tune.TuneConfig(metric="loss", mode="min"),
         run_config=tune.RunConfig(storage_path=storage, verbose=0),
     ).fit()
     (result,) = list(grid)
+    return result
+
+
+def test_a_reported_tensor_reaches_the_driver_by_value(storage: str) -> None:
+    result = run(storage, as_metric=False)
     assert result.error is None
     assert metrics_of(result)["loss"] == 0.5  # a 0-d tensor is a number
 
 
 def test_a_tensor_objective_fails_its_trial_naming_it(storage: str) -> None:
-    grid = tune.Tuner(
-        reports_tensors,
-        param_space={"as_metric": True},
-        tune_config=tune.TuneConfig(metric="loss", mode="min"),
-        run_config=tune.RunConfig(storage_path=storage, verbose=0),
-    ).fit()
-    (result,) = list(grid)
+    result = run(storage, as_metric=True)
     assert result.error is not None
     assert result.error.failure.kind is tune.FailureKind.BAD_METRIC
     assert "'loss'" in result.error.failure.message
