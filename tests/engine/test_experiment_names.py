@@ -124,24 +124,19 @@ def test_a_storage_path_that_is_a_file_is_one_line_naming_it(tmp_path: Path) -> 
     with pytest.raises(ValueError, match=r"a part of it is a file"):
         fit(str(a_file / "below"))
     assert a_file.read_text() == "not a directory"
+    one_line_error(cli(*tunefleet_run(tmp_path, a_file)), str(a_file), "is a file")
+    one_line_error(cli("ls", str(a_file)), str(a_file), "is a file")
+    one_line_error(cli("show", str(a_file / "exp")), str(a_file / "exp"))
+
+
+def tunefleet_run(tmp_path: Path, storage: Path) -> tuple[str, ...]:
+    """The arguments of `tunefleet run` for a one-line script, into `storage`."""
     script = tmp_path / "job.py"
     script.write_text('import json; print(json.dumps({"loss": 1.0}))\n')
     space = tmp_path / "space.yaml"
     space.write_text("x: 1\n")
-    run = (
-        "run",
-        "--space",
-        str(space),
-        "--metric",
-        "loss",
-        "--mode",
-        "min",
-        "--storage",
-        str(a_file),
-    )
-    one_line_error(cli(*run, str(script)), str(a_file), "is a file")
-    one_line_error(cli("ls", str(a_file)), str(a_file), "is a file")
-    one_line_error(cli("show", str(a_file / "exp")), str(a_file / "exp"))
+    return ("run", "--space", str(space), "--metric", "loss", "--mode", "min",
+            "--storage", str(storage), str(script))  # fmt: skip
 
 
 @pytest.fixture
@@ -174,21 +169,6 @@ def test_a_read_only_storage_path_is_one_line_naming_it(
         fit(str(read_only_dir))
     with pytest.raises(ValueError, match=rf"storage_path='{read_only_dir / 'sub'}' cannot be used"):
         fit(str(read_only_dir / "sub"))
-    script = tmp_path / "job.py"
-    script.write_text('import json; print(json.dumps({"loss": 1.0}))\n')
-    space = tmp_path / "space.yaml"
-    space.write_text("x: 1\n")
-    run = (
-        "run",
-        "--space",
-        str(space),
-        "--metric",
-        "loss",
-        "--mode",
-        "min",
-        "--storage",
-        str(read_only_dir),
-    )
-    one_line_error(cli(*run, str(script)), str(read_only_dir), "read-only")
+    one_line_error(cli(*tunefleet_run(tmp_path, read_only_dir)), str(read_only_dir), "read-only")
     listed = cli("ls", str(read_only_dir))
     assert listed.returncode == 0 and "Traceback" not in listed.stderr
