@@ -96,22 +96,25 @@ class Tuner:
 
     def fit(self) -> ResultGrid:
         """Run the experiment to its end (or continue a restored one); return a `ResultGrid`."""
+        from tunefleet.engine.controller_util import counting_presses
         from tunefleet.engine.experiment import run_experiment
 
         resume, self._resume = self._resume, None  # a second fit() starts a new experiment
         url, self._resume_url = self._resume_url, None
         live: list[Trial] = []
-        path = run_experiment(
-            self.trainable,
-            self.param_space,
-            self.tune_config,
-            self.run_config,
-            resume,
-            url,
-            trials_out=live,
-        )
-        self._experiment_path, self._live_trials = path, live
-        return self.get_results()
+        # Ctrl-C is counted, not raised, until the results are returned (see CtrlC)
+        with counting_presses():
+            path = run_experiment(
+                self.trainable,
+                self.param_space,
+                self.tune_config,
+                self.run_config,
+                resume,
+                url,
+                trials_out=live,
+            )
+            self._experiment_path, self._live_trials = path, live
+            return self.get_results()
 
     def get_results(self) -> ResultGrid:
         """The `ResultGrid` of this tuner's experiment: the one `fit()` ran, or the one
@@ -425,11 +428,15 @@ def run(
         ),
     )
     runner = _resumed(tuner, resume, storage_path or local_dir, name)
-    with env_set("TUNEFLEET_CHDIR_TO_TRIAL_DIR", "0" if stay_in_cwd else None):
-        grid = runner.fit()
+    from tunefleet.engine.controller_util import counting_presses
     from tunefleet.results import ExperimentAnalysis
 
-    analysis = ExperimentAnalysis(grid.experiment_path, default_metric=metric, default_mode=mode)
+    with counting_presses():  # Ctrl-C is counted, not raised, until the results are read
+        with env_set("TUNEFLEET_CHDIR_TO_TRIAL_DIR", "0" if stay_in_cwd else None):
+            grid = runner.fit()
+        analysis = ExperimentAnalysis(
+            grid.experiment_path, default_metric=metric, default_mode=mode
+        )
     analysis._adopt_live(runner._live_trials)  # the trials' own configs and last results
     if raise_on_failed_trial and grid.num_errors:
         failed = ", ".join(f"{e.trial_id} ({e})" for e in grid.errors[:5])

@@ -113,11 +113,9 @@ class Controller:
     def run(self) -> None:
         for cb in self.callbacks:
             cb.setup(
-                stop=self.stopper,
-                num_samples=self.spec.num_samples,
-                total_num_samples=self._total,
+                stop=self.stopper, num_samples=self.spec.num_samples, total_num_samples=self._total
             )
-        with CtrlC() as ctrl_c:
+        with util.counting_presses() as ctrl_c:  # fit()'s, shared
             self.ctrl_c = ctrl_c
             try:
                 while not self.is_finished():
@@ -132,6 +130,7 @@ class Controller:
                 self._wind_down(StopCause.DRIVER_ERROR)
                 raise
             finally:
+                ctrl_c.winding_down = True  # from here on, a press never raises
                 self.backend.shutdown()
                 for trial in self.running.values():  # did not stop in time: keep them resumable
                     self._set_status(trial, TrialStatus.PAUSED)
@@ -489,6 +488,7 @@ class Controller:
 
     def _wind_down(self, reason: StopCause) -> None:
         """Stop what runs and record what comes back, within the backend's grace periods."""
+        self.ctrl_c.winding_down = True
         self._begin_stop(reason)
         if reason in _RESUMABLE:  # also those stopping for another reason, unless ended
             for trial in self.running.values():

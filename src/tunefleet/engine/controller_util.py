@@ -4,10 +4,12 @@ asking the searcher, telling the algorithms once that a trial ended."""
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, Literal
 
 from tunefleet._metrics import objectives
@@ -31,18 +33,23 @@ class CtrlC:
     A KeyboardInterrupt raised in the middle of reading a worker's message would cut
     it in half and leave the stream unreadable; the loop checks `presses` between
     steps instead. The first press winds down (trials stopped, results kept), the
-    second kills the trials at once, the third raises KeyboardInterrupt where the
-    driver is (a last resort if something hangs). SIGTERM (how `timeout`, Docker,
-    Kubernetes and Slurm stop a program) counts as a press and sets `terminated`: the
-    run winds down the same way, then exits with code 143. Only the main thread gets
-    signals, so from another thread this does nothing.
+    second kills the trials at once. Once the wind-down has begun (`winding_down`),
+    later presses never raise: the results are being saved and `fit()` returns them;
+    the fifth press exits at once (status 130), a last resort should saving hang, with
+    every result committed so far kept. Before the wind-down, the third press raises
+    KeyboardInterrupt where the driver is (a last resort if a user hook hangs).
+    SIGTERM (how `timeout`, Docker, Kubernetes and Slurm stop a program) counts as a
+    press and sets `terminated`: the run winds down the same way, then exits with code
+    143. Only the main thread gets signals, so from another thread this does nothing.
     """
 
     _SIGNALS = (signal.SIGINT, signal.SIGTERM)
+    _EXIT_NOW = 5  # presses: exit without waiting any longer
 
     def __init__(self) -> None:
         self.presses = 0
         self.terminated = False  # a SIGTERM came: exit with 143 once wound down
+        self.winding_down = False  # the run stops: presses no longer raise
         self._previous: dict[int, Any] = {}
 
     def __enter__(self) -> CtrlC:
@@ -55,13 +62,39 @@ class CtrlC:
         self.presses += 1
         if signum == signal.SIGTERM:
             self.terminated = True
-        if self.presses >= 3:
-            raise KeyboardInterrupt
+        if not self.winding_down:
+            if self.presses >= 3:
+                raise KeyboardInterrupt
+        elif self.presses >= self._EXIT_NOW:
+            # No logging here: the handler may run inside a logging call.
+            os.write(2, b"\nInterrupted 5 times: exiting now; every result saved so far is kept\n")
+            os._exit(128 + signal.SIGINT)
+        elif self.presses > 2:
+            os.write(2, b"\nStill saving the results (press Ctrl-C 5 times to exit at once)\n")
 
     def __exit__(self, *exc: object) -> None:
         for signum, previous in self._previous.items():
             signal.signal(signum, signal.SIG_DFL if previous is None else previous)
         self._previous.clear()
+
+
+_counting: list[CtrlC] = []  # the outermost CtrlC of this (main) thread's run
+
+
+@contextmanager
+def counting_presses() -> Iterator[CtrlC]:
+    """Count presses for a whole `fit()` / `tune.run()`: from before the experiment starts
+    until its results are returned, so a press while they are being read back (after the
+    controller's loop) is counted, not raised. Nested scopes share the outermost one."""
+    if _counting:
+        yield _counting[-1]
+        return
+    with CtrlC() as ctrl_c:
+        _counting.append(ctrl_c)
+        try:
+            yield ctrl_c
+        finally:
+            _counting.pop()
 
 
 def warn_if_slow(started: float, what: str) -> None:
