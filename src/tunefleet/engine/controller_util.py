@@ -78,7 +78,7 @@ class CtrlC:
         self._previous.clear()
 
 
-_counting: list[CtrlC] = []  # the outermost CtrlC of this (main) thread's run
+_counting = threading.local()  # .scope: the outermost CtrlC of this thread's run
 
 
 @contextmanager
@@ -86,15 +86,16 @@ def counting_presses() -> Iterator[CtrlC]:
     """Count presses for a whole `fit()` / `tune.run()`: from before the experiment starts
     until its results are returned, so a press while they are being read back (after the
     controller's loop) is counted, not raised. Nested scopes share the outermost one."""
-    if _counting:
-        yield _counting[-1]
+    outer: CtrlC | None = getattr(_counting, "scope", None)
+    if outer is not None:
+        yield outer
         return
     with CtrlC() as ctrl_c:
-        _counting.append(ctrl_c)
+        _counting.scope = ctrl_c
         try:
             yield ctrl_c
         finally:
-            _counting.pop()
+            _counting.scope = None
 
 
 def warn_if_slow(started: float, what: str) -> None:
