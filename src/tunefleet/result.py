@@ -35,6 +35,13 @@ TIMESTEPS_TOTAL = "timesteps_total"  # the sum of timesteps_this_iter (unless re
 TIMESTEPS_SINCE_RESTORE = "timesteps_since_restore"
 EPISODES_THIS_ITER = "episodes_this_iter"
 EPISODES_TOTAL = "episodes_total"
+# tunefleet's own (not Ray's): the trial's resource usage, a nested dict in every result
+# (flattened: "resources/cpu_percent", ...), filled on the trial's side (backends/_usage.py)
+RESOURCES = "resources"
+RESOURCES_CPU_PERCENT = "cpu_percent"  # the process tree's CPU since the last report (top's %)
+RESOURCES_PEAK_RSS_MB = "peak_rss_mb"  # the tree's peak RSS in this attempt, MiB
+RESOURCES_GPU_PEAK_MB = "gpu_peak_mb"  # torch's peak allocated GPU memory, when CUDA is on
+RESOURCES_MEMORY_LIMIT_MB = "memory_limit_mb"  # the trial's resources["memory"], if any
 
 # The keys a result gets filled in without the trainable reporting them, as Ray Tune's
 # tuple (its members and order; Ray lists TIME_TOTAL_S twice). `repr(Result)` and

@@ -50,7 +50,7 @@ from tunefleet._metrics import (
 from tunefleet.progress.snapshot import MODES as MODES
 from tunefleet.progress.snapshot import SCOPES as SCOPES
 from tunefleet.progress.snapshot import _dataframe, _metric_and_mode, _Snapshot
-from tunefleet.result import AUTO_RESULT_KEYS
+from tunefleet.result import AUTO_RESULT_KEYS, RESOURCES
 from tunefleet.storage.checkpoint import Checkpoint
 from tunefleet.trial import FailureKind, FailureRecord, Trial, TrialStatus
 
@@ -67,6 +67,7 @@ _NOT_SHOWN = frozenset(AUTO_RESULT_KEYS) | {
     "experiment_tag",
     "should_checkpoint",
     "_report_on",
+    RESOURCES,  # the trial's resource usage, in every result
 }
 _GRID_REPR_MAX = 20  # results a ResultGrid's repr lists; it says how many more there are
 

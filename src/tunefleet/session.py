@@ -160,8 +160,10 @@ class TrialSession:
         stop_criteria: dict[str, float],
         storage_dir: str | None = None,
         storage_filesystem: Any = None,
+        usage: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
         self.context = context
+        self._usage = usage  # adds the trial's resource usage to a result (backends/_usage.py)
         self._send = send
         self._poll_control = poll_control
         # Checkpoints go to the trial's folder in remote storage if there is one.
@@ -213,6 +215,8 @@ class TrialSession:
         result[keys.TRIAL_ID] = self.context.trial_id
         result[keys.PID] = self._pid
         result.setdefault(keys.DONE, False)
+        if self._usage is not None:
+            self._usage(result)
         self._last_report = now
         if ckpt_path is not None:
             result["checkpoint_dir_name"] = checkpoint_dir_name(self.iteration)

@@ -28,7 +28,7 @@ from typing import Any
 
 from tunefleet import session as session_mod
 from tunefleet._redact import reveal, scrub_failure
-from tunefleet.backends import _trial_memory
+from tunefleet.backends import _trial_memory, _usage
 from tunefleet.backends._base import CHECKPOINT_ONLY, FinishHow, TrialLaunch
 from tunefleet.backends._protocol import (
     Decide,
@@ -145,6 +145,8 @@ class TrialLoop:
             gpu_ids=tuple(start.gpu_ids),
             placement=launch.placement or self._placement,
         )
+        _trial_memory.reset_peaks()
+        usage = _usage.UsageSampler(launch.resources.get("memory")).start()
         session = TrialSession(
             context=context,
             send=self._send_results,
@@ -156,10 +158,10 @@ class TrialLoop:
             stop_criteria=launch.stop_criteria,
             storage_dir=launch.storage_dir,
             storage_filesystem=launch.storage_filesystem,
+            usage=usage.fill,
         )
         session_mod._set_session(session)
         outcome: TrialMessage
-        _trial_memory.reset_peaks()
         undo_limit = _trial_memory.limit_address_space(start.rlimit_as)  # "rlimit" mechanism
         try:
             if inspect.isclass(self._inner):
@@ -188,6 +190,7 @@ class TrialLoop:
             if not self._reuse:  # as in Ray Tune: cleanup() when the trial ends
                 _quietly(self._drop_instance)
             undo_limit()
+            usage.stop()
             session.close()
             session_mod._set_session(None)
             sys.stdout.flush()

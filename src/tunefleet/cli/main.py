@@ -29,7 +29,7 @@ from typing import Any
 
 from tunefleet._metrics import flatten, metric_value
 from tunefleet._redact import redact_text
-from tunefleet.progress._text import command, short, why_ended
+from tunefleet.progress._text import command, short, usage_columns, usage_of, usage_text, why_ended
 from tunefleet.progress.snapshot import _metric_and_mode
 from tunefleet.progress.view import NON_FINITE_MARK, non_finite_note
 from tunefleet.results import SCOPES, ResultGrid
@@ -207,6 +207,9 @@ def _show(args: argparse.Namespace) -> int:
     headers = ["TRIAL", "STATUS", "ITER"]
     if metric:
         headers += [f"LAST {metric}", f"BEST {metric}"]
+    usages = {t.trial_id: usage_of(t) for t in trials}  # result["resources"], if recorded
+    shown = usage_columns(usages.values())
+    headers += [title for title, _ in shown]
     headers += ["ENDED", "CONFIG"]
     rows = []
     flagged: dict[str, str] = {}  # trials that reported a NaN or infinite metric
@@ -220,11 +223,13 @@ def _show(args: argparse.Namespace) -> int:
                 flagged[trial.trial_id] = metric
                 mark = f" {NON_FINITE_MARK}"
             row += [_fmt(found[-1] if found else None) + mark, _fmt(_best_of(found, mode))]
+        row += [usage_text(usages[trial.trial_id], key) for _, key in shown]
         row.append(why_ended(trial) or "-")
         row.append(_config_cell(trial.config, full=args.full))
         rows.append(row)
     print()
-    print(_table(headers, rows, right={2, 3, 4} if metric else {2}))
+    numbers = 5 if metric else 3  # ITER, the metric's columns and the usage ones
+    print(_table(headers, rows, right=set(range(2, numbers + len(shown)))))
     if flagged:
         print(non_finite_note(flagged, list(flagged)))
     return 0

@@ -19,6 +19,8 @@ from tunefleet._metrics import as_number, flatten, metric_value, objectives
 from tunefleet._redact import redact, redact_text
 from tunefleet.dashboard._json import clean
 from tunefleet.dashboard._scheduler import scheduler_view
+from tunefleet.progress._text import usage_of
+from tunefleet.result import RESOURCES
 from tunefleet.schedulers import pbt_schedule
 from tunefleet.store import DB_FILENAME, StoreReader, list_experiments
 from tunefleet.store._check import INTERRUPTED, resume_hint, shown_status
@@ -26,6 +28,7 @@ from tunefleet.trial import FailureRecord, Trial, TrialStatus
 
 STATES = [s.value for s in TrialStatus]
 _STDERR_LINES = 40
+_USAGE_PREFIX = RESOURCES + "/"  # result["resources"]: the trials table's own columns
 #: result keys every trial reports: not offered as curves (they are bookkeeping)
 _BOOKKEEPING = frozenset(
     {
@@ -103,7 +106,12 @@ def experiment_view(path: Path) -> dict[str, Any]:
     rows = [_trial_row(t, history.get(t.trial_id, []), goals) for t in trials]
     params = sorted({k for row in rows for k in row["config"]})
     metric_keys = sorted(
-        {k for row in rows for k, v in row["metrics"].items() if k not in _BOOKKEEPING}
+        {
+            k
+            for row in rows
+            for k in row["metrics"]
+            if k not in _BOOKKEEPING and not k.startswith(_USAGE_PREFIX)  # own columns
+        }
     )
     counts = Counter(t.status.value for t in trials)
     best = _best_trial(trials, goals)
@@ -199,6 +207,7 @@ def _trial_row(
         "metrics": metrics,
         "best": best,
         "non_finite": non_finite,
+        "resources": usage_of(trial),  # CPU%, peak RSS (MiB), GPU peak; OOM: the record's
         "stop_reason": trial.stop_reason,
         "error": trial.error.one_line() if trial.error else None,
         "attempt": trial.attempt,

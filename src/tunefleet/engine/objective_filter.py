@@ -53,6 +53,7 @@ _AUTO_KEYS = frozenset(
         "hostname",
         "node_ip",
         "experiment_tag",
+        "resources",  # tunefleet's resource usage (result.RESOURCES)
     }
 )
 

@@ -7,11 +7,13 @@ chooses the columns, the rows and the refresh period of the view; the view itsel
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 Columns = Sequence[str] | Mapping[str, str] | None
+SHOW_RESOURCES_ENV = "TUNEFLEET_SHOW_RESOURCES"  # "1": the live table's resources column
 
 
 @dataclass
@@ -26,6 +28,13 @@ class ViewOptions:
     sort_by_metric: bool = False
     interval_s: float | None = None  # None: 1 s live, 30 s in a log
     html: bool | None = None  # None: HTML in Jupyter only
+    show_resources: bool | None = None  # CPU% and peak RSS per trial; None: the env var
+
+    def resources_shown(self) -> bool:
+        """Whether the running trials' table has a resources column (CPU%, peak RSS)."""
+        if self.show_resources is not None:
+            return self.show_resources
+        return os.environ.get(SHOW_RESOURCES_ENV, "").strip() == "1"
 
 
 class ProgressReporter:
@@ -48,8 +57,14 @@ class ProgressReporter:
         metric: str | None = None,
         mode: str | None = None,
         sort_by_metric: bool = False,
+        show_resources: bool | None = None,
     ) -> None:
         name = type(self).__name__
+        if show_resources is not None and not isinstance(show_resources, bool):
+            raise TypeError(
+                f"{name}(show_resources={show_resources!r}): must be True, False or None "
+                f"(None: shown when the environment has {SHOW_RESOURCES_ENV}=1)"
+            )
         for key, value in (
             ("max_progress_rows", max_progress_rows),
             ("max_error_rows", max_error_rows),
@@ -71,6 +86,7 @@ class ProgressReporter:
             max_failure_rows=max_error_rows,
             sort_by_metric=sort_by_metric,
             interval_s=float(max_report_frequency),
+            show_resources=show_resources,
         )
         self.metric, self.mode = metric, mode
         self.add_metric_column_list(metric_columns, "metric_columns")
@@ -98,7 +114,11 @@ class ProgressReporter:
 
 
 class CLIReporter(ProgressReporter):
-    """The terminal view's settings (Ray Tune's name)."""
+    """The terminal view's settings (Ray Tune's name).
+
+    tunefleet's own option: ``show_resources=True`` adds a column of each running trial's
+    CPU% and peak RSS (``result["resources"]``); ``TUNEFLEET_SHOW_RESOURCES=1`` does too.
+    """
 
 
 class JupyterNotebookReporter(ProgressReporter):

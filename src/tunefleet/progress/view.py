@@ -17,7 +17,7 @@ from typing import Any
 
 from tunefleet._metrics import metric_value
 from tunefleet._redact import redact, redact_text
-from tunefleet.progress._text import short, why_ended
+from tunefleet.progress._text import short, usage_cell, why_ended
 from tunefleet.progress.reporters import ViewOptions
 from tunefleet.trial import Trial, TrialStatus
 
@@ -47,6 +47,7 @@ AUTO_KEYS = frozenset(
     }
 )
 _STATES = [s.value for s in TrialStatus]
+_USAGE = "resources"  # the resources column (ViewOptions.show_resources)
 
 
 @dataclass
@@ -133,6 +134,9 @@ class Snapshot:
             if opts.metric_columns is not None
             else _metric_columns(running or ([best] if best else []), metric)
         )
+        usage_on = opts.resources_shown() and _USAGE not in snap.metric_columns
+        if usage_on and opts.metric_columns is None:  # room at 80 columns for its column
+            del snap.metric_columns[MAX_METRIC_COLUMNS - 1 :]
         params = opts.parameter_columns
         if best is not None and best.last_result and metric:
             snap.best = _row(best, snap.metric_columns, params, snap.non_finite)
@@ -141,6 +145,11 @@ class Snapshot:
         shown = sorted(running, key=order)[: opts.max_running_rows]
         snap.running = [_row(t, snap.metric_columns, params, snap.non_finite) for t in shown]
         snap.more_running = len(running) - len(shown)
+        if usage_on:  # show_resources: one more column, "CPU% peak RSS" of each running trial
+            snap.metric_columns.append(_USAGE)
+            snap.headers.setdefault(_USAGE, "cpu rss")
+            for row, trial in zip(snap.running, shown, strict=True):
+                row.metrics[_USAGE] = usage_cell(trial)
         by_id = {t.trial_id: t for t in trials}
         recent = [by_id[i] for i in reversed(failed_order) if i in by_id]
         recent = recent[: opts.max_failure_rows]

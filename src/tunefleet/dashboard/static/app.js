@@ -286,12 +286,26 @@
       cols.push({ key: "best:" + o.metric, label: "best " + o.metric, num: true,
         get: (t) => t.best[o.metric] });
     }
+    for (const [k, label] of USAGE) {  // result["resources"], when the trials recorded it
+      if (!v.trials.some((t) => t.resources && t.resources[k] !== undefined)) continue;
+      cols.push({ key: "res:" + k, label: label, num: true, get: (t) => (t.resources || {})[k],
+        cell: (t) => usageText(t.resources || {}, k) });
+    }
     for (const p of v.params) {
       cols.push({ key: "cfg:" + p, label: p, get: (t) => t.config[p],
         num: v.trials.every((t) => typeof t.config[p] === "number" || t.config[p] === undefined) });
     }
     cols.push({ key: "note", label: "Note", get: (t) => t.error || t.stop_reason || "" });
     return cols;
+  }
+  const USAGE = [["cpu_percent", "CPU %"], ["peak_rss_mb", "Peak RSS"], ["gpu_peak_mb", "GPU peak"]];
+  function mib(x) { return x >= 1024 ? (x / 1024).toFixed(2) + " GiB" : x.toFixed(0) + " MiB"; }
+  function usageText(r, k) {
+    const x = num(r[k]);
+    if (x === null) return "-";
+    if (k === "cpu_percent") return x.toFixed(0) + "%";
+    const limit = k === "peak_rss_mb" ? num(r.memory_limit_mb) : null;
+    return mib(x) + (limit ? " / " + mib(limit) : "");
   }
   function compare(a, b) {
     const na = typeof a === "number", nb = typeof b === "number";

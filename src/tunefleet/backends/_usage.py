@@ -1,0 +1,206 @@
+"""A trial's resource usage on its own side, in a local worker or a Ray actor: CPU, peak
+RSS of its process tree and peak GPU memory, added to each result as ``resources``.
+
+A daemon thread samples the trial's process tree (the worker and what it started) every
+``TUNEFLEET_RESOURCE_SAMPLE_S`` seconds (0.5; 0 turns sampling off): the sum of RSS over
+the tree (its peak kept) and the tree's CPU seconds. A report reads what the thread
+found, with cheap calls only (no /proc scan), so reporting stays fast.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import sys
+import threading
+import time
+from typing import Any
+
+from tunefleet.backends import _trial_memory
+from tunefleet.result import (
+    RESOURCES,
+    RESOURCES_CPU_PERCENT,
+    RESOURCES_GPU_PEAK_MB,
+    RESOURCES_MEMORY_LIMIT_MB,
+    RESOURCES_PEAK_RSS_MB,
+)
+
+SAMPLE_ENV = "TUNEFLEET_RESOURCE_SAMPLE_S"
+_DEFAULT_SAMPLE_S = 0.5
+_MB = 1 << 20
+
+
+def sample_interval() -> float:
+    """Seconds between samples of the trial's process tree; 0: no sampling."""
+    raw = os.environ.get(SAMPLE_ENV, "").strip()
+    if not raw:
+        return _DEFAULT_SAMPLE_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:  # NaN too
+        raise ValueError(
+            f"{SAMPLE_ENV}={raw!r}: must be a number of seconds >= 0 "
+            "(the interval between samples of a trial's resource usage; 0 turns it off)"
+        )
+    return value
+
+
+def _own() -> tuple[float, int]:
+    """This process's CPU seconds (all its threads) and lifetime peak RSS, in one call."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime, usage.ru_maxrss * 1024  # KiB on Linux
+
+
+class UsageSampler:
+    """Samples this process's tree while one trial attempt runs; `snapshot()` per report.
+
+    Args:
+        memory_limit: the trial's memory limit in bytes (``resources["memory"]``), if any.
+        interval: seconds between samples; 0 samples nothing (CPU and own peak still shown).
+    """
+
+    def __init__(self, memory_limit: float | None = None, interval: float | None = None):
+        if interval is None:
+            try:
+                interval = sample_interval()
+            except ValueError as exc:  # told in the trial's stderr log; the trial runs on
+                print(f"tunefleet: {exc}; sampling every {_DEFAULT_SAMPLE_S} s", file=sys.stderr)
+                interval = _DEFAULT_SAMPLE_S
+        self._interval = interval
+        self._limit = memory_limit or None
+        self._pid = os.getpid()
+        self._peak = 0  # bytes, the largest sampled sum of RSS over the tree
+        self._others_cpu: dict[int, float] = {}  # descendants' CPU seconds, last seen
+        self._others_total = 0.0  # kept monotone: an exited child keeps its last value
+        # ru_maxrss is the process's lifetime high (a reused worker's earlier trials too):
+        # it is this attempt's peak only once it grows past its value at the start
+        own_cpu, self._maxrss_start = _own()
+        self._last_wall = time.perf_counter()
+        self._own_read_at = -1.0  # when VmHWM was last read here (no thread)
+        self._last_cpu = own_cpu + self._others_total
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> UsageSampler:
+        if self._interval > 0:
+            self._thread = threading.Thread(target=self._run, name="tunefleet-usage", daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """End the thread (at the trial's end); waits for it, briefly."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+
+    def _run(self) -> None:
+        try:
+            import psutil
+
+            me = psutil.Process(self._pid)
+        except Exception:
+            return
+        while not self._stop.is_set():
+            try:
+                self._sample(me)
+            except Exception:  # usage is informative only: never fail a trial for it
+                pass
+            self._stop.wait(self._interval)
+
+    def _sample(self, me: Any) -> None:
+        import psutil
+
+        rss = me.memory_info().rss
+        seen: dict[int, float] = {}
+        for child in _descendants(me):
+            try:
+                with child.oneshot():
+                    rss += child.memory_info().rss
+                    times = child.cpu_times()
+                    seen[child.pid] = times.user + times.system
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                continue
+        own_peak = _trial_memory.peak_rss() or 0  # VmHWM, reset at the trial's start
+        self._peak = max(self._peak, rss, own_peak)
+        for pid, cpu in seen.items():
+            before = self._others_cpu.get(pid, 0.0)
+            if cpu > before:
+                self._others_total += cpu - before
+        self._others_cpu.update(seen)
+
+    def _own_peak(self, now: float) -> int:
+        """Without the thread, or before its first sample: this process's VmHWM (read at
+        most once a second)."""
+        if (self._thread is None or not self._peak) and now - self._own_read_at >= 1.0:
+            self._own_read_at = now
+            self._peak = max(self._peak, _trial_memory.peak_rss() or 0)
+        return self._peak
+
+    def snapshot(self) -> dict[str, Any]:
+        """This attempt's usage so far, for one result (cheap: no /proc scan)."""
+        now = time.perf_counter()
+        own_cpu, maxrss = _own()
+        cpu = own_cpu + self._others_total
+        wall = now - self._last_wall
+        percent = 100.0 * (cpu - self._last_cpu) / wall if wall > 0 else 0.0
+        self._last_wall, self._last_cpu = now, cpu
+        peak = self._own_peak(now)
+        if maxrss > self._maxrss_start:
+            peak = max(peak, maxrss)
+        usage: dict[str, Any] = {
+            RESOURCES_CPU_PERCENT: round(max(percent, 0.0), 1),
+            RESOURCES_PEAK_RSS_MB: round(peak / _MB, 1) if peak else None,
+        }
+        gpu = _trial_memory.gpu_peak_memory()
+        if gpu is not None:
+            usage[RESOURCES_GPU_PEAK_MB] = round(gpu / _MB, 1)
+        if self._limit:
+            usage[RESOURCES_MEMORY_LIMIT_MB] = round(self._limit / _MB, 1)
+        return usage
+
+    def fill(self, result: dict[str, Any]) -> None:
+        """Add ``resources`` to `result` unless the trainable reported its own."""
+        if RESOURCES not in result:
+            try:
+                result[RESOURCES] = self.snapshot()
+            except Exception:
+                pass
+
+
+def _descendants(me: Any) -> list[Any]:
+    """The processes under `me`, read from /proc/<pid>/task/<tid>/children (the tree only,
+    not a scan of every process on the machine); psutil's scan where that file is missing."""
+    import psutil
+
+    found: list[Any] = []
+    todo, seen = [me.pid], {me.pid}
+    while todo:
+        pid = todo.pop()
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            if pid == me.pid:
+                return list(me.children(recursive=True))
+            continue
+        for tid in tids:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/children") as file:
+                    kids = [int(k) for k in file.read().split()]
+            except FileNotFoundError:
+                if pid == me.pid:  # no CONFIG_PROC_CHILDREN in this kernel
+                    return list(me.children(recursive=True))
+                continue
+            except (OSError, ValueError):
+                continue
+            for kid in kids:
+                if kid not in seen:
+                    seen.add(kid)
+                    todo.append(kid)
+                    try:
+                        found.append(psutil.Process(kid))
+                    except psutil.Error:
+                        continue
+    return found
