@@ -228,7 +228,8 @@ def test_asha_view_shows_rungs_promotions_and_stops(server: DashboardServer, roo
             if entry["outcome"] == "promoted":
                 assert entry["trial_id"] in {e["trial_id"] for e in rungs[k + 1]["entries"]}
             elif entry["outcome"] == "stopped":
-                assert trial.stop_reason == "scheduler (AsyncHyperBandScheduler)"
+                rung = f"rung {k + 1} of {len(rungs)}"
+                assert trial.stop_reason == f"scheduler (AsyncHyperBandScheduler: {rung})"
                 assert trial.iteration < 9
             else:
                 assert entry["outcome"] == "done" and trial.iteration == 9

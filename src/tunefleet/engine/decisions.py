@@ -128,7 +128,9 @@ class PausePlans:
         continues."""
         decision = self.decide(trial, scheduler.on_trial_result(trial, result))
         if decision is not Decision.CONTINUE:
-            trial.stop_reason = StopCause.SCHEDULER.with_detail(self._name)
+            note = scheduler.stop_note(trial) if hasattr(scheduler, "stop_note") else None
+            detail = f"{self._name}: {note}" if note and decision is Decision.STOP else self._name
+            trial.stop_reason = StopCause.SCHEDULER.with_detail(detail)
         return decision
 
     def take(self, trial_id: str) -> tuple[Exploit | None, Trial | None, dict[str, float] | None]:

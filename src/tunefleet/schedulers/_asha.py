@@ -230,7 +230,7 @@ class AsyncHyperBandScheduler(TrialScheduler):
         else:
             decision = self._stopping_result(trial.trial_id, b, t, value)
         if self.stop_last_trials and t >= self.max_t:
-            return Decision.STOP
+            return self.note_stop(trial.trial_id, f"max_t={self.max_t} reached")
         return decision
 
     def _stopping_result(self, trial_id: str, b: int, t: float, value: float) -> Decision:
@@ -247,13 +247,18 @@ class AsyncHyperBandScheduler(TrialScheduler):
             recorded[trial_id] = value
             bisect.insort(ordered, value)
             if cutoff is not None and value < cutoff:
-                return Decision.STOP
+                return self.note_stop(trial_id, self._rung_name(b, k))
             break
         return Decision.CONTINUE
 
+    def _rung_name(self, b: int, k: int) -> str:
+        return f"rung {k + 1} of {len(self._milestones[b])}"
+
     def _promotion_result(self, trial_id: str, b: int, t: float, value: float) -> Decision:
-        if trial_id in self._paused_at:
-            return Decision.STOP  # resumed without a promotion: the experiment's end
+        if trial_id in self._paused_at:  # resumed without a promotion: the experiment's end
+            return self.note_stop(
+                trial_id, f"not promoted from {self._rung_name(b, self._paused_at[trial_id])}"
+            )
         ms = self._milestones[b]
         while self._level[trial_id] < len(ms) and t >= ms[self._level[trial_id]]:
             k = self._level[trial_id]
@@ -358,7 +363,7 @@ class AsyncHyperBandScheduler(TrialScheduler):
         else:
             decision = self._pareto_stopping(trial_id, b, t, point)
         if self.stop_last_trials and t >= self.max_t:
-            return Decision.STOP
+            return self.note_stop(trial_id, f"max_t={self.max_t} reached")
         return decision
 
     def _pareto_stopping(self, trial_id: str, b: int, t: float, point: list[float]) -> Decision:
@@ -371,13 +376,15 @@ class AsyncHyperBandScheduler(TrialScheduler):
             rung.record(trial_id, point)
             # the top 1/eta rounded up, so the first arrival continues (as with one metric)
             if rung.ahead(trial_id) >= math.ceil(len(rung) / self.reduction_factor):
-                return Decision.STOP
+                return self.note_stop(trial_id, self._rung_name(b, k))
             break
         return Decision.CONTINUE
 
     def _pareto_promotion(self, trial_id: str, b: int, t: float, point: list[float]) -> Decision:
-        if trial_id in self._paused_at:
-            return Decision.STOP  # resumed without a promotion: the experiment's end
+        if trial_id in self._paused_at:  # resumed without a promotion: the experiment's end
+            return self.note_stop(
+                trial_id, f"not promoted from {self._rung_name(b, self._paused_at[trial_id])}"
+            )
         ms = self._milestones[b]
         while self._level[trial_id] < len(ms) and t >= ms[self._level[trial_id]]:
             k = self._level[trial_id]

@@ -216,6 +216,19 @@ class TrialScheduler:
         """
         return None
 
+    def stop_note(self, trial: Trial) -> str | None:
+        """Where this scheduler stopped `trial` with its last decision, in a few words
+        ("rung 2 of 4"), or None; read (and forgotten) by the controller right after a
+        STOP, and shown after the scheduler's name ("stopped by ASHAScheduler (rung 2 of
+        4) at iter 8" in `tunefleet show`). Schedulers note it with `note_stop`."""
+        notes: dict[str, str] = self.__dict__.get("_stop_notes", {})
+        return notes.pop(trial.trial_id, None)
+
+    def note_stop(self, trial_id: str, note: str) -> Decision:
+        """Remember where `trial_id` is stopped (for `stop_note`); return STOP."""
+        self.__dict__.setdefault("_stop_notes", {})[trial_id] = note
+        return Decision.STOP
+
     def get_state(self) -> dict[str, Any]:
         return {}
 

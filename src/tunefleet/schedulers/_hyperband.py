@@ -123,15 +123,18 @@ class HyperBandScheduler(TrialScheduler):
         assert self.metric is not None
         tid = trial.trial_id
         bracket = self._join(tid)
+        cut = f"cut at bracket {self._of[tid] + 1}'s halving"
         if tid in bracket["waiting"] or tid in bracket["cut"]:
-            return Decision.STOP  # resumed without a promotion: the experiment's end
+            return self.note_stop(tid, cut)  # resumed without a promotion: the experiment's end
         if tid not in bracket["live"]:
             return Decision.STOP
         bracket["live"][tid] = [t, score(result, self.metric, sign)]
         if t < bracket["r"]:
             return Decision.CONTINUE
         if bracket["halves"] == 0:
-            return Decision.STOP if self.stop_last_trials else Decision.CONTINUE
+            if self.stop_last_trials:
+                return self.note_stop(tid, f"max_t={self.max_t} reached")
+            return Decision.CONTINUE
         bracket["waiting"].append(tid)
         self._held.add(tid)
         self._hot.add(self._of[tid])
@@ -140,7 +143,7 @@ class HyperBandScheduler(TrialScheduler):
             if tid in bracket["promoted"]:
                 bracket["promoted"].remove(tid)
                 return Decision.CONTINUE
-            return Decision.STOP
+            return self.note_stop(tid, cut)
         return Decision.PAUSE
 
     def _ready(self, bracket: dict[str, Any], *, starved: bool) -> bool:

@@ -118,7 +118,7 @@ class MedianStoppingRule(TrialScheduler):
         best = max(v for _, v in history)
         if best < median:
             if self.hard_stop:
-                return Decision.STOP
+                return self.note_stop(tid, "below the median")
             self._stopped[tid] = None
             return Decision.PAUSE
         return Decision.CONTINUE

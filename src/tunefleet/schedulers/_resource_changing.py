@@ -146,6 +146,9 @@ class ResourceChangingScheduler(TrialScheduler):
             return None
         return PlacementGroupFactory.of(new)
 
+    def stop_note(self, trial: Trial) -> str | None:
+        return self.base.stop_note(trial)
+
     def on_trial_result(self, trial: Trial, result: dict[str, Any]) -> SchedulerDecision:
         decision = self.base.on_trial_result(trial, result)
         if decision is not Decision.CONTINUE or self._cluster is None:
