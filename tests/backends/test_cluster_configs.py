@@ -50,7 +50,13 @@ def test_launcher_config_follows_rays_schema(name: str) -> None:
     assert config["head_node_type"] in config["available_node_types"]
     assert config["available_node_types"][config["head_node_type"]]["resources"] == {"CPU": 0}
     setup = " ".join(config["setup_commands"] + config["head_setup_commands"])
-    assert 'pip install -U "tunefleet[ray,' in setup  # with the storage extra
+    # with the storage extra, from the wheel the launcher copies to every node
+    wheel = "tunefleet-0.1.0-py3-none-any.whl"
+    assert (
+        f'] @ file:///tmp/tunefleet-wheels/{wheel}"' in setup
+        and 'pip install -U "tunefleet[ray,' in setup
+    )
+    assert config["file_mounts"] == {f"/tmp/tunefleet-wheels/{wheel}": f"dist/{wheel}"}
     workers = [t for n, t in config["available_node_types"].items() if n != "head"]
     assert workers and all(t["min_workers"] == 0 for t in workers)
 
@@ -77,4 +83,4 @@ def test_kuberay_manifest_is_a_raycluster_with_tunefleet() -> None:
     assert len(set(images)) == 1  # one image, with the same Ray everywhere
     text = (CLUSTERS / "kuberay.yaml").read_text()
     assert f"FROM rayproject/ray:{spec['rayVersion']}" in text
-    assert 'pip install --no-cache-dir "tunefleet[ray,s3]"' in text
+    assert 'pip install --no-cache-dir "tunefleet[ray,s3] @ file:///tmp/tunefleet-' in text
