@@ -11,8 +11,12 @@ What it shows:
   units, and a checkpoint (model + optimizer + epoch + RNG state).
 - Resuming from ``tune.get_checkpoint()``, which is what lets tunefleet retry a
   crashed trial (or resume a paused one) from its last epoch instead of from scratch.
-- Reading the results: the best config, its metrics, its best checkpoint, which is
-  then loaded to forecast the year after the data ends.
+- Reading the results: the best trial (by its best epoch's val_loss), that epoch's
+  metrics and checkpoint, which is then loaded to forecast the year after the data ends.
+- Reproducible runs: ``--seed`` seeds the random search (Ray's
+  ``BasicVariantGenerator(random_state=...)``) and each trial's torch generator
+  (deterministic algorithms, one thread), so two runs with the same arguments sample
+  the same configs in the same order and report the same metrics.
 
 The data (``data/sunspots_yearly.csv``, 1700-2008, public domain; see
 ``data/README.md``) is made stationary-ish with ``log1p``, standardised with the
@@ -24,6 +28,7 @@ as a forecaster's would).
     python examples/lstm_sunspots.py                   # 8 trials x 30 epochs, ~1-2 min on 2 CPUs
     python examples/lstm_sunspots.py --num-samples 16 --epochs 50
     python examples/lstm_sunspots.py --smoke           # 2 tiny trials x 3 epochs, for tests
+    python examples/lstm_sunspots.py --seed 1          # other configs and initial weights
 
 Results go to ``--storage-path`` (default ``~/tunefleet_results``) under the
 experiment name ``lstm_sunspots``; ``tunefleet show lstm_sunspots`` lists them.
@@ -48,7 +53,6 @@ DATA_FILE = Path(__file__).resolve().parent / "data" / "sunspots_yearly.csv"
 WINDOW = 20  # years of history the model reads (about two solar cycles)
 VALIDATION_FRACTION = 0.2  # the last 20% of the years
 BATCH_SIZE = 32
-SEED = 0
 
 
 def load_series(path: Path = DATA_FILE) -> tuple[list[int], list[float]]:
@@ -122,10 +126,13 @@ def build(config: dict[str, Any]) -> tuple[Forecaster, torch.optim.Optimizer]:
     return model, optimizer
 
 
-def train_lstm(config: dict[str, Any], values: list[float], epochs: int) -> None:
+def train_lstm(config: dict[str, Any], values: list[float], epochs: int, seed: int) -> None:
     """The trainable: one trial, run by tunefleet in a worker process."""
     torch.set_num_threads(1)  # trials run in parallel, one CPU each
-    torch.manual_seed(SEED)
+    # Same seed, same config: same weights, same batches, same metrics. (Every trial
+    # starts from the same generator state, so trials differ only by their configs.)
+    torch.manual_seed(seed)
+    torch.use_deterministic_algorithms(True)
     data = Data(values)
     model, optimizer = build(config)
 
@@ -206,6 +213,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--concurrency", type=int, default=2, help="trials at a time (default 2, one CPU each)"
     )
     parser.add_argument(
+        "--seed", type=int, default=0, help="seeds the search and the trials (default 0)"
+    )
+    parser.add_argument(
         "--smoke", action="store_true", help="a tiny run for tests: 2 trials x 3 epochs"
     )
     args = parser.parse_args(argv)
@@ -236,7 +246,8 @@ def main(argv: list[str] | None = None) -> None:
         }
 
     trainable = tune.with_resources(
-        tune.with_parameters(train_lstm, values=values, epochs=args.epochs), {"cpu": 1}
+        tune.with_parameters(train_lstm, values=values, epochs=args.epochs, seed=args.seed),
+        {"cpu": 1},
     )
     tuner = tune.Tuner(
         trainable,
@@ -246,6 +257,8 @@ def main(argv: list[str] | None = None) -> None:
             mode="min",
             num_samples=args.num_samples,
             max_concurrent_trials=args.concurrency,
+            # Ray Tune's default random search, seeded: same seed, same configs in order.
+            search_alg=tune.search.BasicVariantGenerator(random_state=args.seed),
         ),
         run_config=tune.RunConfig(
             name="lstm_sunspots",
@@ -262,25 +275,28 @@ def main(argv: list[str] | None = None) -> None:
     )
     results = tuner.fit()
 
-    best = results.get_best_result()  # by val_loss at each trial's last epoch
-    metrics = best.metrics or {}
+    # The best trial is the one whose best epoch has the lowest val_loss (scope="all"),
+    # and that epoch's checkpoint is the one CheckpointConfig kept.
+    best = results.get_best_result(scope="all")
+    checkpoint = best.get_best_checkpoint("val_loss", "min")
+    if checkpoint is None:  # only if the trial's checkpoints were deleted meanwhile
+        raise SystemExit(f"trial {best.trial_id} has no checkpoint left in {best.path}")
+    saved = next(m for c, m in best.best_checkpoints if c.path == checkpoint.path)
     print()
     print(f"Data: {len(values)} years ({years[0]}-{years[-1]}), last 20% for validation")
+    print(f"Best trial: {best.trial_id} (lowest val_loss at any epoch)")
     print(f"Best config: {best.config}")
     print(
-        f"Best val_rmse: {metrics.get('val_rmse', float('nan')):.2f} sunspots "
-        f"(val_loss {metrics.get('val_loss', float('nan')):.4f}, "
-        f"epoch {metrics.get('epoch', '?')}); naive 'same as last year' forecast: "
-        f"{Data(values).naive_rmse:.2f}"
+        f"Best val_rmse: {saved['val_rmse']:.2f} sunspots "
+        f"(val_loss {saved['val_loss']:.4f}, epoch {saved['epoch']}); "
+        f"naive 'same as last year' forecast: {Data(values).naive_rmse:.2f}"
     )
-    candidates = [(c, m) for c, m in best.best_checkpoints if "val_loss" in m]
-    checkpoint = (
-        min(candidates, key=lambda cm: cm[1]["val_loss"])[0] if candidates else best.checkpoint
+    print(f"Best checkpoint: {checkpoint.path}")
+    forecast = forecast_next_year(checkpoint, values)
+    print(
+        f"Forecast for {years[-1] + 1} from trial {best.trial_id}'s checkpoint at epoch "
+        f"{saved['epoch']} (val_loss {saved['val_loss']:.4f}): {forecast:.1f} sunspots"
     )
-    if checkpoint is not None:
-        print(f"Best checkpoint: {checkpoint.path}")
-        forecast = forecast_next_year(checkpoint, values)
-        print(f"Forecast for {years[-1] + 1} from that checkpoint: {forecast:.1f} sunspots")
     print(f"Trials: {len(results)}, errors: {results.num_errors}")
     print(f"Results stored in: {results.experiment_path}")
 
