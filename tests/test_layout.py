@@ -21,6 +21,7 @@ LAYERS: list[tuple[str, list[str]]] = [
         "foundation",
         [
             "tunefleet._version",
+            "tunefleet._state_log",  # StateLog: the append-only parts of a saved state
             "tunefleet.result",
             "tunefleet._metrics",
             "tunefleet._redact",

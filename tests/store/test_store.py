@@ -64,7 +64,7 @@ def test_creates_directory_database_and_schema(exp: Path) -> None:
     conn = sqlite3.connect(exp / "experiment.db")
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-    assert tables == {"events", "results", "checkpoints", "trials", "meta", "state"}
+    assert tables == {"events", "results", "checkpoints", "trials", "meta", "state", "state_log"}
     conn.close()
     with StoreReader(exp) as reader:
         assert reader.meta() == {"schema_version": SCHEMA_VERSION}

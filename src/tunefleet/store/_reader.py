@@ -21,6 +21,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from tunefleet._state_log import join
 from tunefleet.store._integrity import (
     CorruptStoreError,
     check_files,
@@ -29,6 +30,7 @@ from tunefleet.store._integrity import (
     has_log,
     open_immutable,
 )
+from tunefleet.store._log_rows import read_log
 from tunefleet.store._schema import DB_FILENAME, TRIALS_DIRNAME, db_path, decode
 from tunefleet.store._schema import default_storage_path as _default_storage
 from tunefleet.store._writer import trial_from_row
@@ -89,7 +91,10 @@ class StoreReader:
         """The saved state under `key` (``searcher``, ``scheduler``...), or None."""
         rows = self._rows("SELECT value FROM state WHERE key = ?", (key,))
         value = decode(rows[0][0]) if rows else None
-        return value if isinstance(value, dict) else None
+        if not isinstance(value, dict):
+            return None
+        joined: dict[str, Any] = join(value, lambda path: read_log(self._rows, key, path))
+        return joined
 
     def last_update(self) -> float | None:
         """Time of the latest recorded write (trial update, event or result), or None."""

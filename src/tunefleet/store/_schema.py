@@ -25,6 +25,14 @@ SCHEMA = """
 BEGIN;
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS state (key TEXT PRIMARY KEY, value TEXT NOT NULL, updated REAL);
+-- the items of a state's StateLogs (`tunefleet._state_log`), each written once
+CREATE TABLE IF NOT EXISTS state_log (
+    key TEXT NOT NULL,
+    path TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    value TEXT NOT NULL,
+    PRIMARY KEY (key, path, seq)
+);
 CREATE TABLE IF NOT EXISTS trials (
     trial_id TEXT PRIMARY KEY,
     idx INTEGER NOT NULL,

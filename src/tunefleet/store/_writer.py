@@ -17,6 +17,8 @@ from types import TracebackType
 from typing import Any
 
 from tunefleet._redact import redact_text
+from tunefleet._state_log import join, split
+from tunefleet.store._log_rows import LogRows
 from tunefleet.store._schema import (
     DB_FILENAME,
     SCHEMA,
@@ -99,6 +101,10 @@ class ExperimentStore:
         # PBT exploit) must keep its new record.
         self._checkpoint_ops: list[tuple[str, tuple[Any, ...]]] = []
         self._written_state: dict[str, str] = {}  # what each state key holds on disk
+        self._logs = LogRows(self._db)  # the states' StateLogs, written by what they gained
+        # Bytes of algorithm state committed so far (heads and log rows): a run's state
+        # costs per step what changed, not what it holds (tests and benchmarks read it).
+        self.state_bytes_written = 0
         self._check_version()
 
     def _check_version(self) -> None:
@@ -164,11 +170,15 @@ class ExperimentStore:
     def save_state(self, key: str, state: dict[str, Any]) -> None:
         """Keep the JSON-able state of a searcher, scheduler or stopper under `key`.
 
-        Saved every step; a state equal to what is already on disk costs no write.
+        Saved every step; a state equal to what is already on disk costs no write, and
+        a `StateLog` in it costs only the items it gained (`tunefleet._state_log`).
         """
-        encoded = encode(state, state=True)  # read back exactly: see redact_state
+        head, logs = split(state)
+        encoded = encode(head, state=True)  # read back exactly: see redact_state
         if self._written_state.get(key) != encoded:
             self._state[key] = (encoded, time.time())
+        for path, log in logs.items():
+            self._logs.save(key, path, log)
 
     def rewind_results(self, trial_id: str, after_iteration: int) -> int:
         """Forget the trial's results after `after_iteration`; return how many remain.
@@ -206,6 +216,7 @@ class ExperimentStore:
         if not (
             self._meta
             or self._state
+            or self._logs.pending
             or self._dirty
             or self._events
             or self._results
@@ -236,6 +247,7 @@ class ExperimentStore:
                 if op == "add":
                     db.execute(_INSERT_CHECKPOINT, row)
             db.executemany(_UPSERT_STATE, ((k, v, t) for k, (v, t) in self._state.items()))
+            self._logs.write()
             db.execute("COMMIT")
         except BaseException as exc:
             if db.in_transaction:
@@ -246,6 +258,8 @@ class ExperimentStore:
                 ) from exc
             raise
         self._written_state.update((k, v) for k, (v, _) in self._state.items())
+        self.state_bytes_written += sum(len(v) for v, _ in self._state.values())
+        self.state_bytes_written += self._logs.written()
         self._meta.clear()
         self._state.clear()
         self._dirty.clear()
@@ -290,7 +304,9 @@ class ExperimentStore:
         """What `save_state(key, ...)` last saved, or None."""
         self.flush()
         row = self._db.execute("SELECT value FROM state WHERE key = ?", (key,)).fetchone()
-        return None if row is None else _as_dict(decode(row[0]))
+        if row is None:
+            return None
+        return _as_dict(join(decode(row[0]), lambda path: self._logs.read(key, path)))
 
     def checkpoints_of(self, trial_id: str) -> list[tuple[str, int, dict[str, Any]]]:
         """The trial's kept checkpoints, newest first: (path, iteration, result)."""
