@@ -30,6 +30,7 @@ from tunefleet.dashboard import DashboardServer, write_report
 from tunefleet.dashboard._json import to_json
 from tunefleet.dashboard._report import report_data
 from tunefleet.schedulers import ASHAScheduler, PopulationBasedTraining, pbt_schedule
+from tunefleet.schedulers._asha_state import asha_view
 from tunefleet.store import ExperimentStore, StoreReader
 from tunefleet.trial import Trial, TrialStatus
 
@@ -216,7 +217,7 @@ def test_asha_view_shows_rungs_promotions_and_stops(server: DashboardServer, roo
     assert state is not None
     rungs = sched["brackets"][0]["rungs"]
     assert [sorted(e["trial_id"] for e in r["entries"]) for r in rungs] == [
-        sorted(r) for r in state["rungs"][0]
+        sorted(r) for r in asha_view(state)["rungs"][0]
     ]
     assert [r["at"] for r in rungs] == [1, 3, 9]  # grace 1, eta 3, max_t 9
     assert all(r["exact"] for r in rungs) and sched["time_attr"] == "training_iteration"

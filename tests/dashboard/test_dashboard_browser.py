@@ -24,6 +24,7 @@ import pytest
 from tests.dashboard.test_dashboard import HTML
 from tests.helpers.paths import REPO, SRC
 from tunefleet.dashboard import DashboardServer, write_report
+from tunefleet.schedulers._asha_state import asha_view
 from tunefleet.store import StoreReader
 
 CHROMIUM = "/usr/bin/chromium"
@@ -168,7 +169,7 @@ def test_pages_render_and_match_the_store(
     assert len(css(driver, "#parcoords-plot path.pc-line")) == sum(
         bool(t.last_result) for t in trials
     )
-    entries = sum(len(rung) for rung in state["rungs"][0])
+    entries = sum(len(rung) for rung in asha_view(state)["rungs"][0])
     assert len(css(driver, "#scheduler-body circle.rung-dot")) == entries
     assert len(css(driver, "#failures-body .failure")) == 2
     assert "is too large" in css(driver, "#failures-body .cause")[0].text

@@ -16,6 +16,7 @@ from tests.helpers.results import metrics_of
 from tests.schedulers.test_schedulers import Factory, Sim, make_trial, restored
 from tunefleet._metrics import dominates, non_dominated_sort
 from tunefleet.schedulers import ASHAScheduler, Decision
+from tunefleet.schedulers._asha_state import asha_view
 from tunefleet.schedulers._pareto import ParetoRung, fronts
 from tunefleet.trial import PAUSED_BY_SCHEDULER, Trial, TrialStatus
 
@@ -115,7 +116,7 @@ def test_modes_apply_per_objective() -> None:
     ok = sched.on_trial_result(trials[0], {"training_iteration": 1, "acc": 0.9, "latency": 1.0})
     worse = {"training_iteration": 1, "acc": 0.8, "latency": 2.0}  # lower acc, slower
     assert ok is Decision.CONTINUE and sched.on_trial_result(trials[1], worse) is Decision.STOP
-    assert sched.get_state()["rungs"][0][0] == {"t000": [0.9, -1.0], "t001": [0.8, -2.0]}
+    assert asha_view(sched.get_state())["rungs"][0][0] == {"t000": [0.9, -1.0], "t001": [0.8, -2.0]}
 
 
 def test_promotion_form_promotes_the_top_third_by_nsga_order() -> None:

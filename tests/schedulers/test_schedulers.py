@@ -303,7 +303,7 @@ def test_hyperband_brackets_like_ray() -> None:
     hb = HyperBandScheduler(metric="m", mode="max", max_t=81, reduction_factor=3)
     for i in range(5 + 8):
         hb.on_trial_add(make_trial(i))
-    assert [(b["s"], b["n0"], b["r"]) for b in hb._brackets] == [(0, 5, 81), (1, 8, 27)]
+    assert [(b["s"], b["n0"], b["r"]) for b in hb._brackets.values()] == [(0, 5, 81), (1, 8, 27)]
     bohb = HyperBandForBOHB(metric="m", mode="max", max_t=81, reduction_factor=3)
     bohb.on_trial_add(make_trial(0))
     assert (bohb._brackets[0]["s"], bohb._brackets[0]["n0"], bohb._brackets[0]["r"]) == (4, 81, 1)
@@ -357,7 +357,9 @@ class _SlowMedianStoppingRule(MedianStoppingRule):
         history = self._results.setdefault(tid, [])
         if tid not in self._last_start or (history and t <= history[-1][0]):
             self._last_start[tid] = t
+            self._starts.append([tid, t])  # the saved state's logs, as the rule keeps them
         history.append([t, score(result, self.metric, sign)])
+        self._log.append([tid, *history[-1]])
         if tid in self._stopped:
             return Decision.CONTINUE
         if t < self.grace_period:
@@ -372,6 +374,7 @@ class _SlowMedianStoppingRule(MedianStoppingRule):
             if self.hard_stop:
                 return Decision.STOP
             self._stopped[tid] = None
+            self._stopped_log.append(tid)
             return Decision.PAUSE
         return Decision.CONTINUE
 

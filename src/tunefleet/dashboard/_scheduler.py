@@ -2,8 +2,9 @@
 
 Derived only from what the store keeps: the scheduler's saved state
 (``reader.state("scheduler")``), the trials, their results and the "exploit"
-events. ASHA's state keeps each rung's scores and its milestones; the state of an
-older experiment may lack the milestones, and then a rung's milestone is estimated
+events. ASHA's state keeps each rung's scores (as logs of records since version 2,
+replayed by `asha_view`) and its milestones; the state of an older experiment may
+lack the milestones, and then a rung's milestone is estimated
 from the iteration at which its members reported the score it holds.
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from tunefleet._metrics import as_number, flatten, metric_value
+from tunefleet.schedulers._asha_state import asha_view
 from tunefleet.trial import StopCause, Trial, TrialStatus
 
 _RUNNING = frozenset({TrialStatus.PENDING, TrialStatus.RUNNING, TrialStatus.PAUSED})
@@ -30,6 +32,8 @@ def scheduler_view(
         state = state["base"]  # ResourceChangingScheduler wraps another scheduler
     if exploits or "PopulationBased" in name or name == "PB2":
         return {"kind": "pbt", "name": name, **_pbt(trials, exploits)}
+    if isinstance(state, dict) and {"records", "promotions", "pauses"} <= state.keys():
+        state = {**state, **asha_view(state)}  # version 2: the rungs as logs of records
     if isinstance(state, dict) and {"rungs", "bracket", "promoted"} <= state.keys():
         return {"kind": "asha", "name": name, **_asha(state, trials, history)}
     return {"kind": "other", "name": name}

@@ -22,6 +22,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tunefleet._metrics import MetricSpec, ModeSpec, objective_point
+from tunefleet._state_log import StateLog
+from tunefleet.schedulers._asha_state import (
+    LOGS,
+    STATE_VERSION,
+    asha_view,
+    from_version_1,
+    new_logs,
+)
 from tunefleet.schedulers._base import Decision, TrialScheduler
 from tunefleet.schedulers._candidates import Candidates
 from tunefleet.schedulers._common import (
@@ -103,7 +111,14 @@ class AsyncHyperBandScheduler(TrialScheduler):
         self.stop_last_trials = stop_last_trials
         self.promotion = promotion
         self.needs_sync_decisions = promotion
-        self._rng = random.Random(seed)
+        # the generator's origin (a seed, or a state restored from a version 1 state) and
+        # how many numbers it gave since: saved instead of its 625 words, which change
+        # at every trial
+        self._rng_origin: dict[str, Any] = {
+            "seed": random.SystemRandom().randrange(2**63) if seed is None else seed
+        }
+        self._rng = random.Random(self._rng_origin["seed"])
+        self._draws = 0
         self._milestones: list[list[float]] = []
         for s in range(brackets):
             ms, m = [], grace_period * reduction_factor**s
@@ -118,6 +133,7 @@ class AsyncHyperBandScheduler(TrialScheduler):
         self._bracket: dict[str, int] = {}
         self._level: dict[str, int] = {}  # promotion: rungs passed
         self._paused_at: dict[str, int] = {}  # promotion: waiting at this rung
+        self._logs = new_logs()
         self._index()
 
     def _index(self) -> None:
@@ -158,6 +174,7 @@ class AsyncHyperBandScheduler(TrialScheduler):
             self._seq[b][k][trial_id] = self._counter
             self._counter += 1
         self._rungs[b][k][trial_id] = value
+        self._logs["records"].append([b, k, trial_id, value])
         bisect.insort(ranked, self._key(b, k, trial_id))
 
     def _unrecord(self, b: int, k: int, trial_id: str) -> None:
@@ -167,15 +184,18 @@ class AsyncHyperBandScheduler(TrialScheduler):
             del ranked[bisect.bisect_left(ranked, self._key(b, k, trial_id))]
             del self._seq[b][k][trial_id]
             del self._rungs[b][k][trial_id]
+            self._logs["records"].append([b, k, trial_id])  # removed
 
     def _pause(self, b: int, k: int, trial_id: str) -> None:
         self._unpause(trial_id)
         self._paused_at[trial_id] = k
+        self._logs["pauses"].append([trial_id, k])
         bisect.insort(self._waiting[b][k], self._key(b, k, trial_id))
 
     def _unpause(self, trial_id: str) -> None:
         k = self._paused_at.pop(trial_id, None)
         if k is not None:
+            self._logs["pauses"].append([trial_id])  # no longer paused
             b = self._bracket[trial_id]
             if trial_id in self._seq[b][k]:
                 waiting = self._waiting[b][k]
@@ -205,6 +225,7 @@ class AsyncHyperBandScheduler(TrialScheduler):
             sizes = [len(ms) for ms in self._milestones]
             weights = [math.exp(s - max(sizes)) for s in sizes]
             pick, acc = self._rng.random() * sum(weights), 0.0
+            self._draws += 1
             index = len(weights) - 1
             for i, w in enumerate(weights):
                 acc += w
@@ -213,6 +234,7 @@ class AsyncHyperBandScheduler(TrialScheduler):
                     break
             self._bracket[trial_id] = index
             self._level[trial_id] = 0
+            self._logs["joins"].append([trial_id, index])
         return self._bracket[trial_id]
 
     def on_trial_result(self, trial: Trial, result: dict[str, Any]) -> Decision:
@@ -245,6 +267,7 @@ class AsyncHyperBandScheduler(TrialScheduler):
             if ordered:
                 cutoff = _quantile(ordered, 1 - 1 / self.reduction_factor)
             recorded[trial_id] = value
+            self._logs["records"].append([b, k, trial_id, value])
             bisect.insort(ordered, value)
             if cutoff is not None and value < cutoff:
                 return self.note_stop(trial_id, self._rung_name(b, k))
@@ -284,6 +307,7 @@ class AsyncHyperBandScheduler(TrialScheduler):
 
     def _promote(self, b: int, k: int, trial_id: str) -> None:
         self._promoted[b][k].append(trial_id)
+        self._logs["promotions"].append([b, k, trial_id])
         self._promoted_set[b][k].add(trial_id)
         self._level[trial_id] = k + 1
         self._unpause(trial_id)
@@ -300,9 +324,11 @@ class AsyncHyperBandScheduler(TrialScheduler):
     def _leave(self, trial_id: str) -> None:
         self._unpause(trial_id)
         if self.promotion and self._objectives is not None:
-            for pareto_rungs in self._pareto:
-                for pareto_rung in pareto_rungs:
-                    pareto_rung.discard(trial_id)
+            for b, pareto_rungs in enumerate(self._pareto):
+                for k, pareto_rung in enumerate(pareto_rungs):
+                    if trial_id in pareto_rung:
+                        pareto_rung.discard(trial_id)
+                        self._logs["records"].append([b, k, trial_id])  # removed
         elif self.promotion:  # a gone trial must not take a promotion slot
             for b, rungs in enumerate(self._rungs):
                 for k in range(len(rungs)):
@@ -374,6 +400,7 @@ class AsyncHyperBandScheduler(TrialScheduler):
             if trial_id in rung:
                 break  # decided at this rung already
             rung.record(trial_id, point)
+            self._logs["records"].append([b, k, trial_id, point])
             # the top 1/eta rounded up, so the first arrival continues (as with one metric)
             if rung.ahead(trial_id) >= math.ceil(len(rung) / self.reduction_factor):
                 return self.note_stop(trial_id, self._rung_name(b, k))
@@ -390,9 +417,11 @@ class AsyncHyperBandScheduler(TrialScheduler):
             k = self._level[trial_id]
             rung = self._pareto[b][k]
             rung.record(trial_id, point)
+            self._logs["records"].append([b, k, trial_id, point])
             top = math.floor(len(rung) / self.reduction_factor)
             if trial_id in self._promoted_set[b][k] or rung.rank(trial_id) >= top:
                 self._paused_at[trial_id] = k
+                self._logs["pauses"].append([trial_id, k])
                 return Decision.PAUSE
             self._promote(b, k, trial_id)  # in the top already: no pause needed
         return Decision.CONTINUE
@@ -419,16 +448,14 @@ class AsyncHyperBandScheduler(TrialScheduler):
         return direction(type(self).__name__, self.metric, self.mode)
 
     def get_state(self) -> dict[str, Any]:
-        version, internal, gauss = self._rng.getstate()
+        """Constant-size head; the rungs, promotions, brackets and pauses are `StateLog`s
+        of what happened, in order (a save writes only the new records)."""
         state: dict[str, Any] = {
+            "version": STATE_VERSION,
             "metric": self.metric,
             "mode": self.mode,
-            "rungs": self._rungs,
-            "promoted": self._promoted,
-            "bracket": self._bracket,
-            "level": self._level,
-            "paused_at": self._paused_at,
-            "rng": [version, list(internal), gauss],
+            "rng": {**self._rng_origin, "draws": self._draws},
+            **self._logs,
             # Not needed to restore (constructor arguments); read by the dashboard.
             "milestones": self._milestones,
             "time_attr": self.time_attr,
@@ -436,25 +463,41 @@ class AsyncHyperBandScheduler(TrialScheduler):
         if self._objectives is not None:  # lists of metrics and modes, vectors in the rungs
             state["metric"] = [metric for metric, _ in self._objectives]
             state["mode"] = [mode for _, mode in self._objectives]
-            state["rungs"] = [[dict(r.points) for r in rungs] for rungs in self._pareto]
         return state
 
     def set_state(self, state: dict[str, Any]) -> None:
+        name = type(self).__name__
+        if state.get("version", 1) not in (1, STATE_VERSION):
+            raise ValueError(
+                f"{name} state version {state.get('version')!r} is not supported "
+                f"(expected 1 or {STATE_VERSION})"
+            )
+        if "version" not in state:  # version 1: the rungs and dicts whole
+            state = from_version_1(state)
         self.metric, self.mode = state["metric"], state["mode"]
-        self._rungs = [[dict(r) for r in rungs] for rungs in state["rungs"]]
+        self._logs = {key: StateLog(state[key]) for key in LOGS}
+        view = asha_view(state, self._milestones)
+        self._rungs, self._promoted = view["rungs"], view["promoted"]
+        self._bracket, self._level = view["bracket"], view["level"]
+        self._paused_at = view["paused_at"]
         self._objectives = None
-        self._pareto = [[ParetoRung() for _ in rungs] for rungs in state["rungs"]]
+        self._pareto = [[ParetoRung() for _ in rungs] for rungs in self._rungs]
         if isinstance(self.metric, list):  # several objectives: vectors in the rungs
-            self._objectives = check_objectives(type(self).__name__, self.metric, self.mode)
+            self._objectives = check_objectives(name, self.metric, self.mode)
             self.metric = self.mode = None
-            self._rungs = [[{} for _ in rungs] for rungs in state["rungs"]]
-            self._pareto = [[ParetoRung(r) for r in rungs] for rungs in state["rungs"]]
-        self._promoted = [[list(p) for p in ps] for ps in state["promoted"]]
-        self._bracket = dict(state["bracket"])
-        self._level = dict(state["level"])
-        self._paused_at = dict(state["paused_at"])
-        version, internal, gauss = state["rng"]
-        self._rng.setstate((version, tuple(internal), gauss))
+            vectors: list[list[dict[str, Any]]] = view["rungs"]
+            self._pareto = [[ParetoRung(r) for r in rungs] for rungs in vectors]
+            self._rungs = [[{} for _ in rungs] for rungs in vectors]
+        rng = state["rng"]
+        self._rng_origin = {key: rng[key] for key in ("seed", "state") if key in rng}
+        if "seed" in rng:
+            self._rng = random.Random(rng["seed"])
+        else:
+            version, internal, gauss = rng["state"]
+            self._rng.setstate((version, tuple(internal), gauss))
+        for _ in range(rng["draws"]):
+            self._rng.random()
+        self._draws = rng["draws"]
         self._index()
 
 

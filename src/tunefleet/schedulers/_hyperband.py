@@ -4,6 +4,10 @@ Trials fill brackets in turn. A bracket's trials pause at its milestone; once al
 its live trials reached it (and the bracket is full, or no more trials will come),
 the top ``ceil(live / eta)`` are resumed to the next milestone and the rest stopped.
 Values are stored as "higher is better" (the direction is applied once).
+
+The saved state holds the brackets that still have trials (a bracket whose trials
+all ended is dropped) and logs (`StateLog`) of the trials' brackets and cuts, so
+that saving it costs what changed, not the number of trials.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from tunefleet._state_log import StateLog
 from tunefleet.schedulers._base import Decision, TrialScheduler
 from tunefleet.schedulers._candidates import Candidates
 from tunefleet.schedulers._common import (
@@ -22,6 +27,8 @@ from tunefleet.schedulers._common import (
     score,
 )
 from tunefleet.trial import Trial
+
+_STATE_VERSION = 2  # 2: open brackets only, logs of joins and cuts (version 1 loads)
 
 
 class HyperBandScheduler(TrialScheduler):
@@ -60,9 +67,13 @@ class HyperBandScheduler(TrialScheduler):
         self.reduction_factor = reduction_factor
         self.stop_last_trials = stop_last_trials
         self._s_max_1 = int(round(math.log(max_t) / math.log(reduction_factor)) + 1)
-        self._brackets: list[dict[str, Any]] = []
+        self._brackets: dict[int, dict[str, Any]] = {}  # index -> bracket, while it has trials
+        self._count = 0  # brackets made
         self._band_len = 0  # brackets (skipped ones included) in the current band
         self._of: dict[str, int] = {}  # trial -> bracket index
+        self._cut: dict[str, int] = {}  # trial cut at a halving (still paused) -> bracket
+        self._joins = StateLog()  # [trial, bracket], as trials join
+        self._cuts = StateLog()  # [trial, bracket] when cut, [trial] when it ends
         self._starved = False  # `Candidates.starved` when last asked
         self._index()
 
@@ -72,10 +83,10 @@ class HyperBandScheduler(TrialScheduler):
         `_held`: the trials in some bracket's waiting or cut list. `_hot`: the brackets
         that may be ready to halve or have promoted trials to resume (a superset).
         """
-        self._held: set[str] = set()
-        for bracket in self._brackets:
-            self._held.update(bracket["waiting"], bracket["cut"])
-        self._hot: set[int] = set(range(len(self._brackets)))
+        self._held: set[str] = set(self._cut)
+        for bracket in self._brackets.values():
+            self._held.update(bracket["waiting"])
+        self._hot: set[int] = set(self._brackets)
 
     def _r0(self, s: int) -> int:
         return int(self.max_t * self.reduction_factor ** (-s))
@@ -91,8 +102,9 @@ class HyperBandScheduler(TrialScheduler):
                 break
         n0 = math.ceil(self._s_max_1 / (s + 1) * self.reduction_factor**s)
         bracket: dict[str, Any] = {"s": s, "n0": n0, "r": self._r0(s), "halves": s}
-        bracket.update(halved=False, size=0, live={}, waiting=[], promoted=[], cut=[])
-        self._brackets.append(bracket)
+        bracket.update(halved=False, size=0, live={}, waiting=[], promoted=[])
+        self._brackets[self._count] = bracket
+        self._count += 1
         return bracket
 
     # -- events --------------------------------------------------------------------------
@@ -103,13 +115,15 @@ class HyperBandScheduler(TrialScheduler):
 
     def _join(self, trial_id: str) -> dict[str, Any]:
         if trial_id not in self._of:
-            bracket = self._brackets[-1] if self._brackets else None
+            bracket = self._brackets.get(self._count - 1)
             if bracket is None or not self._accepts(bracket):
                 bracket = self._new_bracket()
             bracket["live"][trial_id] = [0.0, None]
             bracket["size"] += 1
-            self._of[trial_id] = len(self._brackets) - 1
-        return self._brackets[self._of[trial_id]]
+            self._of[trial_id] = self._count - 1
+            self._joins.append([trial_id, self._count - 1])
+        # a dropped bracket: none of its trials runs on
+        return self._brackets.get(self._of[trial_id], _ENDED)
 
     @staticmethod
     def _accepts(bracket: dict[str, Any]) -> bool:
@@ -124,7 +138,7 @@ class HyperBandScheduler(TrialScheduler):
         tid = trial.trial_id
         bracket = self._join(tid)
         cut = f"cut at bracket {self._of[tid] + 1}'s halving"
-        if tid in bracket["waiting"] or tid in bracket["cut"]:
+        if tid in bracket["waiting"] or tid in self._cut:
             return self.note_stop(tid, cut)  # resumed without a promotion: the experiment's end
         if tid not in bracket["live"]:
             return Decision.STOP
@@ -169,10 +183,11 @@ class HyperBandScheduler(TrialScheduler):
         bracket["r"] = min(bracket["r"] * self.reduction_factor, self.max_t)
         bracket["waiting"] = []
         bracket["promoted"].extend(ranked[:keep])
-        bracket["cut"].extend(ranked[keep:])
         self._held.update(ranked[keep:])
         for tid in ranked[keep:]:
             del live[tid]
+            self._cut[tid] = index
+            self._cuts.append([tid, index])
 
     def on_trial_complete(self, trial: Trial, result: dict[str, Any] | None) -> None:
         self._leave(trial.trial_id, failed=False)
@@ -184,15 +199,29 @@ class HyperBandScheduler(TrialScheduler):
         self._leave(trial.trial_id, failed=True)
 
     def _leave(self, tid: str, *, failed: bool) -> None:
-        if tid in self._of:
-            bracket = self._brackets[self._of[tid]]
+        if tid in self._cut:
+            del self._cut[tid]
+            self._cuts.append([tid])
+        index = self._of.get(tid)
+        bracket = self._brackets.get(-1 if index is None else index)
+        self._held.discard(tid)
+        if index is not None and bracket is not None:
             if bracket["live"].pop(tid, None) is not None and failed and not bracket["halved"]:
                 bracket["size"] -= 1  # a failed trial's place goes to a new one
-            for key in ("waiting", "promoted", "cut"):
+            for key in ("waiting", "promoted"):
                 if tid in bracket[key]:
                     bracket[key].remove(tid)
-            self._held.discard(tid)
-            self._hot.add(self._of[tid])
+            self._hot.add(index)
+            self._drop_if_done(index)
+
+    def _drop_if_done(self, index: int) -> None:
+        """Forget a bracket that takes no trial and has none left (it decides nothing)."""
+        bracket = self._brackets[index]
+        if not (
+            self._accepts(bracket) or bracket["live"] or bracket["waiting"] or bracket["promoted"]
+        ):
+            del self._brackets[index]
+            self._hot.discard(index)
 
     # -- which trial runs next -------------------------------------------------------------
     def choose_trial_to_run(self, candidates: Candidates | Sequence[Trial]) -> Trial | None:
@@ -224,25 +253,54 @@ class HyperBandScheduler(TrialScheduler):
 
     def get_state(self) -> dict[str, Any]:
         return {
+            "version": _STATE_VERSION,
             "metric": self.metric,
             "mode": self.mode,
-            "brackets": self._brackets,
+            "brackets": {str(i): b for i, b in self._brackets.items()},
+            "count": self._count,
             "band_len": self._band_len,
-            "of": self._of,
             "starved": self._starved,
+            "joins": self._joins,
+            "cuts": self._cuts,
         }
 
     def set_state(self, state: dict[str, Any]) -> None:
+        version = state.get("version", 1)
+        if version not in (1, _STATE_VERSION):
+            raise ValueError(
+                f"{type(self).__name__} state version {version!r} is not supported "
+                f"(expected 1 or {_STATE_VERSION})"
+            )
+        if version == 1:  # a list of every bracket, "of" and each bracket's cuts whole
+            brackets = dict(enumerate(state["brackets"]))
+            joins = [[tid, i] for tid, i in state["of"].items()]
+            cuts = [[tid, i] for i, b in brackets.items() for tid in b["cut"]]
+            state = {**state, "brackets": brackets, "count": len(brackets)}
+            state.update(joins=joins, cuts=cuts)
         self.metric, self.mode = state["metric"], state["mode"]
-        self._brackets = [
-            {**b, "live": {k: list(v) for k, v in b["live"].items()}}
-            | {key: list(b[key]) for key in ("waiting", "promoted", "cut")}
-            for b in state["brackets"]
-        ]
-        self._band_len = state["band_len"]
-        self._of = dict(state["of"])
+        self._brackets = {
+            int(i): {k: v for k, v in b.items() if k != "cut"}
+            | {"live": {k: list(v) for k, v in b["live"].items()}}
+            | {key: list(b[key]) for key in ("waiting", "promoted")}
+            for i, b in state["brackets"].items()
+        }
+        self._count, self._band_len = state["count"], state["band_len"]
+        self._joins, self._cuts = StateLog(state["joins"]), StateLog(state["cuts"])
+        self._of = {tid: i for tid, i in self._joins}
+        self._cut = {}
+        for cut in self._cuts:
+            if len(cut) > 1:
+                self._cut[cut[0]] = cut[1]
+            else:
+                del self._cut[cut[0]]
         self._starved = bool(state.get("starved", False))
         self._index()
+        for index in list(self._brackets):
+            self._drop_if_done(index)
+
+
+# the bracket of a trial whose bracket was dropped: it takes no result
+_ENDED: dict[str, Any] = {"r": None, "halves": 0, "live": {}, "waiting": [], "promoted": []}
 
 
 class HyperBandForBOHB(HyperBandScheduler):

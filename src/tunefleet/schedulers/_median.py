@@ -1,4 +1,8 @@
-"""The median stopping rule (Golovin et al. 2017, Google Vizier)."""
+"""The median stopping rule (Golovin et al. 2017, Google Vizier).
+
+Its saved state is a few numbers and logs (`StateLog`) of the results, restarts, soft
+stops and failures, appended as they happen: a save writes what changed.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ from collections.abc import Sequence
 from itertools import pairwise
 from typing import Any
 
+from tunefleet._state_log import StateLog
 from tunefleet.schedulers._base import Decision, TrialScheduler
 from tunefleet.schedulers._candidates import Candidates
 from tunefleet.schedulers._common import (
@@ -19,6 +24,8 @@ from tunefleet.schedulers._common import (
     score,
 )
 from tunefleet.trial import Trial
+
+_STATE_VERSION = 2  # 2: the histories etc. as logs of events (a version 1 state loads)
 
 
 class MedianStoppingRule(TrialScheduler):
@@ -67,7 +74,10 @@ class MedianStoppingRule(TrialScheduler):
         self._results: dict[str, list[list[float]]] = {}  # trial -> [[t, value], ...]
         self._stopped: dict[str, None] = {}  # paused as poor (hard_stop=False), in order
         self._last_start: dict[str, float] = {}  # t at which the trial last (re)started
-        self._gone: list[str] = []  # errored: not compared against
+        self._gone = StateLog()  # errored: not compared against
+        self._log = StateLog()  # [trial, t, value] per result, in order
+        self._starts = StateLog()  # [trial, t]: `_last_start` set
+        self._stopped_log = StateLog()  # the keys of `_stopped`, in order
         self._others_waiting = False  # other trials waited for a slot when last asked
         self._reset_caches()
 
@@ -107,6 +117,7 @@ class MedianStoppingRule(TrialScheduler):
         history = self._results.setdefault(tid, [])
         if tid not in self._last_start or (history and t <= history[-1][0]):
             self._last_start[tid] = t  # first result, or restarted from a checkpoint
+            self._starts.append([tid, t])
         self._record(tid, t, score(result, self.metric, sign))
         if tid in self._stopped:
             return Decision.CONTINUE  # resumed after a soft stop: run on (as Ray)
@@ -120,6 +131,7 @@ class MedianStoppingRule(TrialScheduler):
             if self.hard_stop:
                 return self.note_stop(tid, "below the median")
             self._stopped[tid] = None
+            self._stopped_log.append(tid)
             return Decision.PAUSE
         return Decision.CONTINUE
 
@@ -180,6 +192,7 @@ class MedianStoppingRule(TrialScheduler):
                 for k in self._keys(-math.inf, last, low_inclusive=True):
                     self._remove(k, self._running_mean(tid, k))
         history.append([t, value])
+        self._log.append([tid, t, value])
         self._times.setdefault(tid, []).append(t)
         self._vals.setdefault(tid, []).append(value)
         if cached and t == t:
@@ -229,20 +242,35 @@ class MedianStoppingRule(TrialScheduler):
 
     def get_state(self) -> dict[str, Any]:
         return {
+            "version": _STATE_VERSION,
             "metric": self.metric,
             "mode": self.mode,
-            "results": self._results,
-            "stopped": list(self._stopped),
-            "last_start": self._last_start,
+            "results": self._log,
+            "stopped": self._stopped_log,
+            "starts": self._starts,
             "gone": self._gone,
             "others_waiting": self._others_waiting,
         }
 
     def set_state(self, state: dict[str, Any]) -> None:
+        version = state.get("version", 1)
+        if version not in (1, _STATE_VERSION):
+            raise ValueError(
+                f"{type(self).__name__} state version {version!r} is not supported "
+                f"(expected 1 or {_STATE_VERSION})"
+            )
+        if version == 1:  # each trial's history and start whole
+            results = [[k, *p] for k, v in state["results"].items() for p in v]
+            starts = [[k, t] for k, t in state["last_start"].items()]
+            state = {**state, "results": results, "starts": starts}
         self.metric, self.mode = state["metric"], state["mode"]
-        self._results = {k: [list(p) for p in v] for k, v in state["results"].items()}
-        self._stopped = dict.fromkeys(state["stopped"])
-        self._last_start = dict(state["last_start"])
-        self._gone = list(state["gone"])
+        self._log, self._starts = StateLog(state["results"]), StateLog(state["starts"])
+        self._results = {}
+        for tid, t, value in self._log:
+            self._results.setdefault(tid, []).append([t, value])
+        self._stopped_log = StateLog(state["stopped"])
+        self._stopped = dict.fromkeys(self._stopped_log)
+        self._last_start = {tid: t for tid, t in self._starts}
+        self._gone = StateLog(state["gone"])
         self._others_waiting = bool(state.get("others_waiting", False))
         self._reset_caches()
