@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tunefleet._state_log import split
 from tunefleet.stoppers import (
     CombinedStopper,
     DictStopper,
@@ -98,8 +99,42 @@ def test_max_iter_state_round_trip() -> None:
 
 
 def test_set_state_rejects_garbage() -> None:
-    with pytest.raises(ValueError, match=r"MaximumIterationStopper: state .* 'iter'"):
+    with pytest.raises(ValueError, match=r"MaximumIterationStopper: state .* 'calls'"):
         MaximumIterationStopper(3).set_state({"nope": 1})
+    with pytest.raises(ValueError, match=r"TrialPlateauStopper: state entry 'x' is not"):
+        TrialPlateauStopper("m").set_state({"results": ["x"]})
+
+
+def test_per_trial_state_is_a_log_saved_by_what_it_gained() -> None:
+    """The saved head does not grow with the trials; the log holds each result (issue 18);
+    a stopper restored from it (or from a state saved before the logs) decides the same."""
+
+    def make() -> CombinedStopper:
+        return CombinedStopper(
+            MaximumIterationStopper(5), TrialPlateauStopper("m", num_results=2, grace_period=2)
+        )
+
+    s = make()
+    heads = []
+    for i in range(300):
+        decisions = feed(s, f"t{i:04d}", [1.0, 0.5, float("nan"), 0.5, 0.5])
+        assert decisions == [False, False, False, True, True]
+        head, logs = split(s.get_state())
+        heads.append(json.dumps(head))
+    assert heads[0] == heads[-1]  # the same head after 1 trial and after 300
+    assert {path: len(log) for path, log in logs.items()} == {
+        "stoppers/0/calls": 1500,
+        "stoppers/1/results": 1500,
+    }
+    fresh = round_trip(s, make())
+    for stopper in (s, fresh):
+        assert feed(stopper, "t0001", [0.5]) == [True]
+        assert feed(stopper, "new", [1.0, 2.0, 2.0, 2.0]) == [False, False, True, True]
+    old = {"stoppers": [{"iter": {"a": 4}}, {"iter": {"a": 4}, "window": {"a": [0.5]}}]}
+    before = make()
+    before.set_state(old)
+    assert before.get_state()["stoppers"]["1"]["results"][-2:] == [["a", None], ["a", 0.5]]
+    assert feed(before, "a", [0.5]) == [True]
 
 
 # -- TrialPlateauStopper ---------------------------------------------------------------------

@@ -35,10 +35,13 @@ class CombinedStopper(Stopper):
         return any([s.stop_all() for s in self._stoppers])
 
     def get_state(self) -> dict[str, Any]:
-        return {"stoppers": [s.get_state() for s in self._stoppers]}
+        # by place, in a dict: the store finds the `StateLog`s in nested dicts only
+        return {"stoppers": {str(i): s.get_state() for i, s in enumerate(self._stoppers)}}
 
     def set_state(self, state: dict[str, Any]) -> None:
-        states = state_field(self, state, "stoppers", list)
+        states = state_field(self, state, "stoppers", (list, dict))
+        if isinstance(states, dict):
+            states = [states[k] for k in sorted(states, key=int)]
         if len(states) != len(self._stoppers):
             raise ValueError(
                 f"CombinedStopper: the state holds {len(states)} stoppers, "

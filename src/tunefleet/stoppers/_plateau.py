@@ -12,6 +12,7 @@ from typing import Any
 
 from tunefleet._metrics import MISSING, lookup
 from tunefleet._redact import get_logger
+from tunefleet._state_log import StateLog
 from tunefleet.stoppers._base import (
     Stopper,
     check_int,
@@ -73,14 +74,15 @@ class TrialPlateauStopper(Stopper):
         self._iter: dict[str, int] = {}
         self._window: dict[str, deque[float]] = {}
         self._warned = False
+        self._log = StateLog()  # [trial, value or None] per result: the saved state
 
     def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
-        self._iter[trial_id] = self._iter.get(trial_id, 0) + 1
         value = _metric_value(self, self._metric, trial_id, result)
+        self._log.append([trial_id, value])
+        self._count(trial_id, value)
         if value is None:
             return False
-        window = self._window.setdefault(trial_id, deque(maxlen=self._num_results))
-        window.append(value)
+        window = self._window[trial_id]
         if self._iter[trial_id] < self._grace_period or len(window) < self._num_results:
             return False
         if self._threshold is not None and (
@@ -90,18 +92,35 @@ class TrialPlateauStopper(Stopper):
             return False
         return _pstdev(window) < self._std
 
+    def _count(self, trial_id: str, value: float | None) -> None:
+        self._iter[trial_id] = self._iter.get(trial_id, 0) + 1
+        if value is not None:
+            window = self._window.setdefault(trial_id, deque(maxlen=self._num_results))
+            window.append(value)
+
     def get_state(self) -> dict[str, Any]:
-        return {
-            "iter": dict(self._iter),
-            "window": {k: list(v) for k, v in self._window.items()},
-        }
+        """A log of the trials' values (saved by what it gained), not the windows whole."""
+        return {"results": self._log}
 
     def set_state(self, state: dict[str, Any]) -> None:
-        self._iter = {str(k): int(v) for k, v in state_field(self, state, "iter", dict).items()}
-        self._window = {
-            str(k): deque((float(x) for x in v), maxlen=self._num_results)
-            for k, v in state_field(self, state, "window", dict).items()
-        }
+        if isinstance(state, dict) and "iter" in state:  # before the log: counts, windows
+            iters = state_field(self, state, "iter", dict)
+            windows = state_field(self, state, "window", dict)
+            log: list[Any] = []
+            for k, n in iters.items():
+                values = [float(x) for x in windows.get(k, [])]
+                log += [[str(k), None]] * (int(n) - len(values)) + [[str(k), v] for v in values]
+        else:
+            log = state_field(self, state, "results", list)
+        self._log, self._iter, self._window = StateLog(), {}, {}
+        for entry in log:
+            if not (isinstance(entry, list) and len(entry) == 2):
+                raise ValueError(
+                    f"TrialPlateauStopper: state entry {entry!r} is not [trial, value]"
+                )
+            value = None if entry[1] is None else float(entry[1])
+            self._log.append([str(entry[0]), value])
+            self._count(str(entry[0]), value)
 
 
 class ExperimentPlateauStopper(Stopper):

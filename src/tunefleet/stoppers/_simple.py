@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from tunefleet._metrics import MISSING, lookup
+from tunefleet._state_log import StateLog
 from tunefleet.stoppers._base import Stopper, as_float, check_int, state_field
 
 
@@ -29,16 +30,27 @@ class MaximumIterationStopper(Stopper):
         check_int("MaximumIterationStopper", "max_iter", max_iter, minimum=1)
         self._max_iter = int(max_iter)
         self._iter: dict[str, int] = {}
+        self._calls = StateLog()  # the trial of each result, in order: the saved state
 
     def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
         self._iter[trial_id] = self._iter.get(trial_id, 0) + 1
+        self._calls.append(trial_id)
         return self._iter[trial_id] >= self._max_iter
 
     def get_state(self) -> dict[str, Any]:
-        return {"iter": dict(self._iter)}
+        """A log of the trials' results (saved by what it gained), not the counts whole."""
+        return {"calls": self._calls}
 
     def set_state(self, state: dict[str, Any]) -> None:
-        self._iter = {str(k): int(v) for k, v in state_field(self, state, "iter", dict).items()}
+        if isinstance(state, dict) and "iter" in state:  # before the log: the counts
+            counts = state_field(self, state, "iter", dict)
+            calls = [str(k) for k, v in counts.items() for _ in range(int(v))]
+        else:
+            calls = state_field(self, state, "calls", list)
+        self._calls = StateLog(str(trial_id) for trial_id in calls)
+        self._iter = {}
+        for trial_id in self._calls:
+            self._iter[trial_id] = self._iter.get(trial_id, 0) + 1
 
 
 class FunctionStopper(Stopper):
