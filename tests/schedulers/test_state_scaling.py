@@ -21,9 +21,11 @@ from tunefleet._state_log import StateLog, split
 from tunefleet.schedulers import (
     ASHAScheduler,
     Decision,
+    Exploit,
     HyperBandForBOHB,
     HyperBandScheduler,
     MedianStoppingRule,
+    PopulationBasedTraining,
     TrialScheduler,
 )
 from tunefleet.schedulers._candidates import Candidates
@@ -45,6 +47,14 @@ FACTORIES: dict[str, Factory] = {
     ),
     "hyperband": lambda: HyperBandScheduler(metric="loss", mode="min", max_t=9),
     "bohb": lambda: HyperBandForBOHB(metric="loss", mode="min", max_t=9),
+    "pbt": lambda: PopulationBasedTraining(
+        time_attr="training_iteration",
+        metric="loss",
+        mode="min",
+        perturbation_interval=2,
+        hyperparam_mutations={"x": [1, 2, 3]},
+        seed=1,
+    ),
     "median": lambda: MedianStoppingRule(
         metric="loss", mode="min", time_attr="training_iteration", grace_period=2
     ),
@@ -127,7 +137,9 @@ class Driver:
         trial.last_result = result
         self.results += 1
         decision = self.both("on_trial_result", trial, result)
-        if decision is Decision.PAUSE:
+        if isinstance(decision, Exploit):  # PBT: runs on with the new config
+            trial.config = decision.new_config
+        elif decision is Decision.PAUSE:
             self.running.remove(trial)
             trial.status, trial.stop_reason = TrialStatus.PAUSED, PAUSED_BY_SCHEDULER
             self.waiting.add(trial)
@@ -155,7 +167,7 @@ def logs_of(sched: TrialScheduler) -> dict[str, StateLog]:
 
 
 # -- the head is bounded by the live trials; the logs hold the history ------------------------
-@pytest.mark.parametrize("name", ["asha", "asha_promotion", "hyperband", "median"])
+@pytest.mark.parametrize("name", ["asha", "asha_promotion", "hyperband", "median", "pbt"])
 def test_the_saved_head_does_not_grow_with_the_finished_trials(name: str) -> None:
     sizes, logs, results = {}, {}, {}
     for n in (300, 3000):
@@ -179,6 +191,8 @@ def test_the_saved_head_does_not_grow_with_the_finished_trials(name: str) -> Non
     if name.startswith("asha"):
         assert logs[3000]["joins"] == 3000 and logs[3000]["records"] >= 3000
         assert logs[300]["records"] * 5 < logs[3000]["records"]
+    elif name == "pbt":  # nothing grows: an ended trial leaves the state
+        assert logs[3000] == {}
     elif name == "hyperband":
         assert logs[3000]["joins"] == 3000 and logs[3000]["cuts"] > logs[300]["cuts"] * 5
     else:

@@ -317,8 +317,11 @@ class PopulationBasedTraining(TrialScheduler):
         self._leave(trial.trial_id)
 
     def _leave(self, trial_id: str) -> None:
-        """The trial ended: it neither ranks nor holds up a barrier any more."""
+        """The trial ended: it neither ranks nor holds up a barrier any more, and leaves
+        the state (no exploit copies from it): the saved state holds the live trials."""
         self._drop_score(trial_id)
+        self._configs.pop(trial_id, None)
+        self._last_perturbation.pop(trial_id, None)
         self._barrier.pop(trial_id, None)
         self._planned.pop(trial_id, None)
         if trial_id in self._released:
