@@ -298,3 +298,35 @@ def test_a_version_1_state_still_loads() -> None:
             ValueError, match=r"state version 7 is not supported \(expected 1 or 2\)"
         ):
             type(sched)().set_state(bad)
+
+
+def test_a_real_run_saves_the_rungs_as_records(tmp_path: Path) -> None:
+    """A simulated 300-trial ASHA run: the store holds the rungs as log rows and a small
+    head, and a scheduler restored from it holds what the run's scheduler held."""
+    import tunefleet as tune
+    from tunefleet.backends.simulated import SimulatedTrainable
+    from tunefleet.schedulers._asha_state import asha_view
+    from tunefleet.store import StoreReader
+
+    def f(config: dict[str, Any], budget: int) -> dict[str, float]:
+        return {"loss": (config["x"] - 0.3) ** 2 + 1.0 / budget}
+
+    sched = ASHAScheduler(max_t=9, grace_period=1, reduction_factor=3)
+    grid = tune.Tuner(
+        SimulatedTrainable(f, cost=1.0, max_budget=9, workers=4),
+        param_space={"x": tune.uniform(0, 1)},
+        tune_config=tune.TuneConfig(metric="loss", mode="min", num_samples=300, scheduler=sched),
+        run_config=tune.RunConfig(storage_path=str(tmp_path), name="asha", verbose=0),
+    ).fit()
+    assert len(grid) == 300
+    with StoreReader(tmp_path / "asha") as reader:
+        saved = reader.state("scheduler")
+    assert saved is not None and saved["version"] == 2
+    head, logs = split(saved)
+    assert len(json.dumps(head)) < 600 and len(logs["joins"]) == 300
+    rungs = asha_view(saved)["rungs"][0]
+    # the result that ends a trial (at max_t) is not the scheduler's: rung 3 stays empty
+    assert len(rungs) == 3 and len(rungs[0]) == 300 and 0 < len(rungs[1]) < 300
+    fresh = ASHAScheduler(max_t=9, grace_period=1, reduction_factor=3)
+    fresh.set_state(saved)
+    assert json.dumps(fresh.get_state()) == json.dumps(sched.get_state())
