@@ -4,6 +4,7 @@ driver SIGKILLed mid-run that resumes to the same trials as a run never killed."
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -184,6 +185,33 @@ def test_a_state_kept_by_the_store_restores_the_same_next_trials(name: str) -> N
         assert isinstance(expected, dict)
         for search in (straight, restored):
             search.on_trial_complete(f"t{i}", {"loss": loss(expected)})
+
+
+@pytest.mark.parametrize("name", ["nevergrad", "hebo"])
+def test_the_ask_and_tell_log_is_saved_by_what_it_gained(name: str) -> None:
+    """The log of asks and tells is a StateLog (the store writes its new events only),
+    the same list at each save; restored from the store's rows, it goes on growing at
+    its end, to the suggestions of the searcher that was never saved."""
+    needs(name)
+    from tunefleet._state_log import StateLog, join, split
+
+    straight = start(make_searcher(name), SMALL)
+    first = start(make_searcher(name), SMALL)
+    for i in range(3):
+        for search in (straight, first):
+            config = search.suggest(f"t{i}")
+            assert isinstance(config, dict)
+            search.on_trial_complete(f"t{i}", {"loss": loss(config)})
+    state = first.get_state()
+    log = state["log"]
+    assert isinstance(log, StateLog) and len(log) == 6 and first.get_state()["log"] is log
+    head, logs = split(state)
+    back = join(json.loads(json.dumps(head)), lambda p: json.loads(json.dumps(logs[p])))
+    restored = start(make_searcher(name), SMALL)
+    restored.set_state(back)
+    config = straight.suggest("t3")
+    assert restored.suggest("t3") == config
+    assert restored.get_state()["log"] is back["log"] and len(back["log"]) == 7
 
 
 def test_zoopt_needs_a_budget_and_hebo_waits_at_max_concurrent() -> None:

@@ -15,6 +15,7 @@ import pytest
 import tunefleet as tune
 from tests.helpers.results import metrics_of
 from tests.search.searcher_conformance import MIXED_SPACE, check_conformance, drive, make
+from tunefleet._state_log import StateLog, join, split
 from tunefleet.search import OptunaSearch
 from tunefleet.space._domains import _float_times
 
@@ -34,8 +35,14 @@ def restored(searcher: OptunaSearch, factory: Any, space: dict[str, Any]) -> Opt
     return copy
 
 
+def all_trials(searcher: OptunaSearch) -> list[dict[str, Any]]:
+    """Every trial of the saved state (finished ones in the log), in number order."""
+    state = searcher.get_state()
+    return sorted([*state["finished"], *state["trials"]], key=lambda t: int(t["number"]))
+
+
 def states(searcher: OptunaSearch) -> list[str]:
-    return [t["state"] for t in searcher.get_state()["trials"]]
+    return [t["state"] for t in all_trials(searcher)]
 
 
 # ---------------------------------------------------------------- conformance
@@ -69,7 +76,7 @@ def test_cmaes_optimizer_is_saved_as_data_and_restored_exactly() -> None:
     assert isinstance(searcher, OptunaSearch)
     drive(searcher, 30)
     state = searcher.get_state()
-    optimizers = [t["optimizer"] for t in state["trials"] if "optimizer" in t]
+    optimizers = [t["optimizer"] for t in all_trials(searcher) if "optimizer" in t]
     assert optimizers and {o["class"] for o in optimizers} == {"CMA"}
     assert "optimizer:" not in json.dumps(state)  # no pickle in the state
     copy = restored(searcher, factory, SMALL_SPACE)
@@ -121,14 +128,14 @@ def test_conditional_space_gives_each_branch_its_own_parameters() -> None:
         else:
             assert set(opt) == {"name", "lr", "beta"} and 1e-4 <= opt["lr"] <= 1e-2
         assert c["scaled"] == opt["lr"] * 10 and c["tag"] == opt["name"]
-    params = {p for t in searcher.get_state()["trials"] for p in t["params"]}
+    params = {p for t in all_trials(searcher) for p in t["params"]}
     assert {"opt", "opt/[0]/lr", "opt/[0]/momentum", "opt/[1]/lr", "opt/[1]/beta"} == params
     # a point names its branch by its constants, or leaves it open and sets values inside
     adam = {"opt": {"name": "adam", "lr": 0.001, "beta": 0.95}}
     searcher = make(
         lambda: OptunaSearch(seed=0, points_to_evaluate=[adam], evaluated_rewards=[0.3]), space
     )
-    assert searcher.get_state()["trials"][0]["params"] == {
+    assert all_trials(searcher)[0]["params"] == {
         "opt": 1,
         "opt/[1]/lr": 0.001,
         "opt/[1]/beta": 0.95,
@@ -262,14 +269,14 @@ def test_evaluated_rewards_become_finished_trials() -> None:
         lambda: OptunaSearch(seed=0, points_to_evaluate=points, evaluated_rewards=[0.5, 0.2]),
         SMALL_SPACE,
     )
-    trials = searcher.get_state()["trials"]
+    trials = all_trials(searcher)
     assert [(t["state"], t["values"]) for t in trials] == [("COMPLETE", [0.5]), ("COMPLETE", [0.2])]
     config = searcher.suggest("a")  # a new trial, not a point
-    assert isinstance(config, dict) and len(searcher.get_state()["trials"]) == 3
+    assert isinstance(config, dict) and len(all_trials(searcher)) == 3
     # with constraints, the points count as feasible
     searcher = OptunaSearch(seed=0, points_to_evaluate=points, evaluated_rewards=[0.5, 0.2])
     searcher.set_search_properties("loss", "min", SMALL_SPACE, constraints=["c"])
-    first = searcher.get_state()["trials"][0]
+    first = all_trials(searcher)[0]
     assert first["user_attrs"] == {"tunefleet:constraints": [0.0]} and first["system_attrs"]
     with pytest.raises(ValueError, match="does not set 'dropout'"):
         make(
@@ -330,12 +337,73 @@ def test_constraints_steer_away_from_the_infeasible_region() -> None:
     infeasible, searcher = count_infeasible(["c"])
     assert infeasible < 6  # random search: 10 of 25 on average
     assert count_infeasible(None)[0] > 12  # the same search without the constraint
-    trial = searcher.get_state()["trials"][0]
+    trial = all_trials(searcher)[0]
     assert trial["user_attrs"]["tunefleet:constraints"] == [0.4 - trial["params"]["x"]]
     # a result without the constraint value: a failed trial
     searcher.suggest("z")
     searcher.on_trial_complete("z", {"loss": 1.0})
     assert states(searcher)[-1] == "FAIL"
+
+
+def through_store(state: dict[str, Any]) -> dict[str, Any]:
+    """`state` as the experiment store gives it back: the head as JSON, each StateLog
+    read back from its rows as a new StateLog."""
+    head, logs = split(state)
+    return dict(join(json.loads(json.dumps(head)), lambda p: json.loads(json.dumps(logs[p]))))
+
+
+def test_a_resumed_search_suggests_what_the_uninterrupted_one_does() -> None:
+    factory = lambda: OptunaSearch(sampler="tpe", seed=7)  # noqa: E731
+    searcher = make(factory, SMALL_SPACE)
+    drive(searcher, 12)  # past TPE's random start-up trials
+    searcher.suggest("live-a")
+    searcher.suggest("live-b")
+    state = searcher.get_state()
+    assert isinstance(state["finished"], StateLog) and len(state["finished"]) == 12
+    assert [t["number"] for t in state["trials"]] == [12, 13]  # only the unfinished
+    copy = make(factory, SMALL_SPACE)
+    copy.set_state(through_store(state))
+    for search in (searcher, copy):
+        search.on_trial_complete("live-a", {"loss": 0.25})
+    for i in range(15):
+        configs = [search.suggest(f"n{i}") for search in (searcher, copy)]
+        assert configs[0] == configs[1], i
+        assert isinstance(configs[0], dict)
+        for search in (searcher, copy):
+            search.on_trial_complete(f"n{i}", {"loss": float(configs[0]["dropout"])})
+    mine, theirs = searcher.get_state(), copy.get_state()
+    assert json.dumps(mine) == json.dumps(theirs)
+    assert len(theirs["finished"]) == 28  # the restored log goes on growing at its end
+
+
+def test_a_state_of_the_previous_format_still_loads() -> None:
+    factory = lambda: OptunaSearch(seed=0)  # noqa: E731
+    searcher = make(factory, SMALL_SPACE)
+    drive(searcher, 3)
+    searcher.suggest("a")
+    state = json.loads(json.dumps(searcher.get_state()))
+    every = sorted([*state.pop("finished"), *state.pop("trials")], key=lambda t: t["number"])
+    old = {
+        **state,
+        "version": 1,
+        "trials": [{k: v for k, v in t.items() if k != "number"} for t in every],
+    }
+    copy = make(factory, SMALL_SPACE)
+    copy.set_state(old)
+    assert states(copy) == ["COMPLETE"] * 3 + ["RUNNING"]
+    copy.on_trial_complete("a", {"loss": 0.5})
+    searcher.on_trial_complete("a", {"loss": 0.5})
+    assert copy.suggest("b") == searcher.suggest("b")
+
+
+def test_a_state_with_a_missing_trial_is_refused() -> None:
+    searcher = make(lambda: OptunaSearch(seed=0), SMALL_SPACE)
+    drive(searcher, 3)
+    state = through_store(searcher.get_state())
+    del state["finished"][1]
+    copy = make(lambda: OptunaSearch(seed=0), SMALL_SPACE)
+    with pytest.raises(ValueError, match=r"trial numbers \[0, 2\] of finished and trials"):
+        copy.set_state(state)
 
 
 def test_a_sampler_instance_continues_from_the_same_observations() -> None:
@@ -431,7 +499,7 @@ def test_tuner_restore_continues_the_same_search(storage: str) -> None:
     again = tune.Tuner.restore(grid.experiment_path, bowl, tune_config=tune_config(12, searcher))
     grid = again.fit()
     assert len(grid) == 12 and grid.num_errors == 0
-    trials = searcher.get_state()["trials"]
+    trials = all_trials(searcher)
     assert len(trials) == 12 and all(t["state"] == "COMPLETE" for t in trials)
     # the restored study holds the first run's observations, then six new trials
     assert {(t["params"]["x"], t["params"]["y"]) for t in trials[:6]} == first

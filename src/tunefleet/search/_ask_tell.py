@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from tunefleet._metrics import MetricSpec, ModeSpec, metric_value, python_scalar
+from tunefleet._state_log import StateLog
 from tunefleet.search._base import FINISHED, SpaceSearcher
 from tunefleet.search._shared import (
     check_points,
@@ -59,7 +60,7 @@ from tunefleet.space._domains import _Category
 
 logger = logging.getLogger("tunefleet.search")
 
-_STATE_VERSION = 1
+_STATE_VERSION = 2  # 2: the log is a StateLog (saved by what it gained); 1 loads
 
 
 @dataclass(frozen=True)
@@ -199,7 +200,8 @@ class AskTellSearcher(SpaceSearcher):
         self._point_values: list[dict[str, Any]] = []
         self._queue: list[dict[str, Any]] = []  # values of points still to run
         self._live: dict[str, Any] = {}  # trial_id -> the library's handle
-        self._log: list[list[Any]] = []  # ["ask", trial_id, values|None] / ["tell", id, loss]
+        # ["ask", trial_id, values|None] / ["tell", id, loss]: saved by what it gained
+        self._log = StateLog()
         self._calls = 0
         self._num_samples: int | None = None
 
@@ -235,7 +237,7 @@ class AskTellSearcher(SpaceSearcher):
         self._took(None if self._native else space)
 
     def _reset(self) -> None:
-        self._live, self._log, self._calls = {}, [], 0
+        self._live, self._log, self._calls = {}, StateLog(), 0
         self._queue = self._start([dict(v) for v in self._point_values])
 
     # ------------------------------------------------------------------ events
@@ -299,23 +301,31 @@ class AskTellSearcher(SpaceSearcher):
     # ------------------------------------------------------------------ state
 
     def get_state(self) -> dict[str, Any]:
-        """The seed and the log of asks and tells, as JSON-able data."""
+        """The seed and the log of asks and tells (a StateLog: a save writes the events
+        added since the last one), as JSON-able data."""
         self._ready()
         return {
             "version": _STATE_VERSION,
             "seed": self._seed,
-            "log": [list(event) for event in self._log],
+            "log": self._log,
             "live": sorted(self._live),
             **self._extra_state(),
         }
 
     def set_state(self, state: dict[str, Any]) -> None:
         """Restore the optimiser of `state`: its next suggestions are the saved one's."""
-        check_state_version(self.owner, state, _STATE_VERSION)
+        if state.get("version") != 1:  # the previous format (a plain list) loads too
+            check_state_version(self.owner, state, _STATE_VERSION)
         self._ready()
+        log = state.get("log")
+        if not isinstance(log, list) or not all(isinstance(e, list) and len(e) == 3 for e in log):
+            raise ValueError(
+                f"{self.owner} state: log must be a list of [kind, trial_id, data] events"
+            )
         self._seed = int(state["seed"])
         self._restore(state)
-        self._log = [list(event) for event in state["log"]]
+        # the store's StateLog itself, to go on appending to
+        self._log = log if isinstance(log, StateLog) else StateLog(log)
 
     def _restore(self, state: dict[str, Any]) -> None:
         """Replay the log into a fresh optimiser (a value that replays differently is

@@ -10,14 +10,14 @@ shortcuts) are built afresh for every ask, from a seed derived from ``(seed, num
 of asks)``, and keep everything else in the study's trials. The state is therefore
 the trials as data (parameters, distributions, values, attributes), the seed and the
 ask count; `set_state` replays the trials into a fresh study with `add_trial` and the
-next suggestions are the very ones the original would have made. CMA-ES keeps its
-optimizer as a pickle in trial attributes: the state holds it as plain arrays instead
-(see `_optuna_state`), never as a pickle.
+next suggestions are the very ones the original would have made. A finished trial is
+saved once, in a StateLog (`StudyState`): a step saves what changed, not every trial.
+CMA-ES keeps its optimizer as a pickle in trial attributes: the state holds it as plain
+arrays instead (see `_optuna_state`), never as a pickle.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import numbers
 import random
@@ -37,7 +37,7 @@ from tunefleet.search._optuna_space import (
     point_params,
     to_distributions,
 )
-from tunefleet.search._optuna_state import trial_from_data, trial_to_data
+from tunefleet.search._optuna_state import StudyState
 from tunefleet.search._shared import (
     check_points,
     check_rewards,
@@ -61,7 +61,7 @@ if TYPE_CHECKING:
 
 logger = get_logger(__name__)
 
-_STATE_VERSION = 1
+_STATE_VERSION = 2  # 2: finished trials in a StateLog; 1 (all in "trials") still loads
 SAMPLERS = ("tpe", "gp", "cmaes", "qmc", "nsga2", "random")
 _CONSTRAINTS_ATTR = "tunefleet:constraints"  # a trial's constraint values, in user attrs
 
@@ -161,8 +161,7 @@ class OptunaSearch(SpaceSearcher):
         self._storage: BaseStorage
         self._study_id = 0
         self._live: dict[str, int] = {}  # tunefleet trial id -> Optuna trial number
-        self._finished: dict[int, dict[str, Any]] = {}  # state of finished trials, cached
-        self._table: dict[str, int] = {}  # the state's distributions (as JSON) by index
+        self._state: StudyState  # the study's trials as saved state
         self._warned: set[str] = set()
 
     # ------------------------------------------------------------ setup
@@ -235,8 +234,9 @@ class OptunaSearch(SpaceSearcher):
                 directions=[d.lower() for d in self._directions()],  # type: ignore[misc]
                 sampler=self._sampler(),
             )
-        self._study, self._storage, self._finished, self._table = study, storage, {}, {}
+        self._study, self._storage = study, storage
         self._study_id = storage.get_study_id_from_name(study.study_name)
+        self._state = StudyState(storage, self._study_id)
 
     def _sampler(self) -> BaseSampler:
         """The sampler for the next ask: built from a seed of (seed, asks), or the user's."""
@@ -345,7 +345,7 @@ class OptunaSearch(SpaceSearcher):
             study.add_trial(trial)
             if error:
                 return
-            number = study.get_trials(deepcopy=False)[-1].number
+            number = self._storage.get_n_trials(self._study_id) - 1
             if pruned:
                 study.tell(number, state=states.PRUNED)
             else:
@@ -430,31 +430,23 @@ class OptunaSearch(SpaceSearcher):
     # ------------------------------------------------------------ state
 
     def get_state(self) -> dict[str, Any]:
-        """JSON-able state: every trial as data, the seed and the number of asks."""
-        study = self._require_study()
-        trials = []
-        for trial in study.get_trials(deepcopy=False):
-            if trial.number in self._finished:
-                trials.append(self._finished[trial.number])
-                continue
-            data = trial_to_data(trial, self._table)
-            if trial.state.is_finished():
-                self._finished[trial.number] = data
-            trials.append(data)
+        """JSON-able state: the seed, the number of asks, the unfinished trials, and the
+        finished ones in a StateLog (each saved once). Costs what changed since the last
+        call and the live trials, not the number of trials."""
+        self._require_study()
         return {
             "version": _STATE_VERSION,
             "seed": self._seed,
             "asks": self._asks,
             "directions": self._directions(),
-            "study_attrs": dict(self._storage.get_study_system_attrs(self._study_id)),
-            "distributions": [json.loads(d) for d in self._table],
-            "trials": trials,
+            **self._state.state(),
             "live": dict(self._live),
         }
 
     def set_state(self, state: dict[str, Any]) -> None:
         """Rebuild the study from `state` (after `set_search_properties`)."""
-        check_state_version("OptunaSearch", state, _STATE_VERSION)
+        if state.get("version") != 1:  # the previous format loads too
+            check_state_version("OptunaSearch", state, _STATE_VERSION)
         self._require_study()
         if state["directions"] != self._directions():
             raise ValueError(
@@ -463,17 +455,8 @@ class OptunaSearch(SpaceSearcher):
             )
         self._seed, self._asks = int(state["seed"]), int(state["asks"])
         self._new_study()
-        study = self._require_study()
-        for key, value in state["study_attrs"].items():
-            self._storage.set_study_system_attr(self._study_id, key, value)
-        from optuna.distributions import distribution_to_json, json_to_distribution
-
-        texts = [json.dumps(d) for d in state["distributions"]]
-        table = [json_to_distribution(text) for text in texts]
-        self._table = {distribution_to_json(d): i for i, d in enumerate(table)}
         with quiet_optuna():
-            for data in state["trials"]:  # in order: the same trial numbers and ids
-                study.add_trial(trial_from_data(data, table))
+            self._state.restore(self._require_study(), state)
         self._live = {str(k): int(v) for k, v in state["live"].items()}
 
 

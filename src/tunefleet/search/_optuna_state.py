@@ -1,5 +1,7 @@
 """OptunaSearch's state as plain data: Optuna trials (and CMA-ES's optimizer) as JSON.
 
+`StudyState` keeps it at the cost of what changed: finished trials in a StateLog.
+
 Optuna keeps CmaEsSampler's optimizer as a pickle in the trials' system attributes;
 here it becomes plain numeric arrays (exact bytes as hex), so the experiment's state
 never holds a pickle, and the pickle is rebuilt on restore.
@@ -7,14 +9,18 @@ never holds a pickle, and the pickle is rebuilt on restore.
 
 from __future__ import annotations
 
+import json
 import math
 import pickle
 from typing import TYPE_CHECKING, Any
 
 from tunefleet._redact import get_logger
+from tunefleet._state_log import StateLog
 
 if TYPE_CHECKING:
     from optuna.distributions import BaseDistribution
+    from optuna.storages import BaseStorage
+    from optuna.study import Study
     from optuna.trial import FrozenTrial
 
 logger = get_logger("tunefleet.search")
@@ -126,3 +132,129 @@ def _array_from_data(value: Any) -> Any:
     array = np.frombuffer(bytes.fromhex(value["__ndarray__"]), dtype=dtype)
     array = array.reshape(value["shape"]).copy()
     return array[()] if value["scalar"] else array
+
+
+class StudyState:
+    """An in-memory study's trials as saved state, at a cost of what changed.
+
+    A finished trial is data that never changes: it goes, once, into the `finished`
+    StateLog (with its number). The head holds only the unfinished trials (the live
+    ones and the queued points), the distributions table and the study's attributes;
+    GA samplers' parent caches (one study attribute per generation) go to a log too.
+    New trials are found by number, single trials read through the storage: no step
+    walks the study's trials.
+    """
+
+    def __init__(self, storage: BaseStorage, study_id: int) -> None:
+        self.storage, self.study_id = storage, study_id
+        self.finished = StateLog()  # finished trials as data, in the order they finished
+        self.attr_log = StateLog()  # [key, value] of the study attributes set once
+        self.table: dict[str, int] = {}  # the distributions (as JSON) by index
+        self._open: dict[int, None] = {}  # numbers of the unfinished trials
+        self._count = 0  # the trials of the study seen so far
+        self._logged: set[str] = set()
+
+    def _trial(self, number: int) -> FrozenTrial:
+        storage = self.storage
+        return storage.get_trial(
+            storage.get_trial_id_from_study_id_trial_number(self.study_id, number)
+        )
+
+    def _data(self, trial: FrozenTrial) -> dict[str, Any]:
+        return {"number": trial.number, **trial_to_data(trial, self.table)}
+
+    def track(self) -> None:
+        """Take the new trials in as unfinished, and log those that finished since."""
+        while True:
+            try:
+                self.storage.get_trial_id_from_study_id_trial_number(self.study_id, self._count)
+            except KeyError:
+                break
+            self._open[self._count] = None
+            self._count += 1
+        for number in list(self._open):
+            trial = self._trial(number)
+            if trial.state.is_finished():
+                del self._open[number]
+                self.finished.append(self._data(trial))
+
+    def state(self) -> dict[str, Any]:
+        self.track()
+        attrs = self.storage.get_study_system_attrs(self.study_id)
+        for key, value in attrs.items():
+            if key not in self._logged and _set_once(key):
+                self._logged.add(key)
+                self.attr_log.append([key, value])
+        unfinished = [self._data(self._trial(number)) for number in self._open]
+        return {  # the table after the trials: they may have added to it
+            "study_attrs": {k: v for k, v in attrs.items() if k not in self._logged},
+            "study_attr_log": self.attr_log,
+            "distributions": [json.loads(d) for d in self.table],
+            "finished": self.finished,
+            "trials": unfinished,
+        }
+
+    def restore(self, study: Study, state: dict[str, Any]) -> None:
+        """Fill the (new, empty) `study` with the trials of `state`, in number order, so
+        that the numbers and ids are the saved ones."""
+        from optuna.distributions import distribution_to_json, json_to_distribution
+        from optuna.trial import TrialState
+
+        for key, value in _items(state, "study_attrs"):
+            self.storage.set_study_system_attr(self.study_id, key, value)
+        self.attr_log = _log(state.get("study_attr_log", []), "study_attr_log")
+        for item in self.attr_log:
+            if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], str)):
+                raise ValueError(
+                    f"OptunaSearch state: study_attr_log item {item!r} is not [key, value]"
+                )
+            self.storage.set_study_system_attr(self.study_id, item[0], item[1])
+            self._logged.add(item[0])
+        table = [json_to_distribution(json.dumps(d)) for d in state["distributions"]]
+        self.table = {distribution_to_json(d): i for i, d in enumerate(table)}
+        if state.get("version") == 1:  # every trial in "trials", in number order
+            numbered = [{"number": i, **data} for i, data in enumerate(state["trials"])]
+            done = [d for d in numbered if TrialState[d["state"]].is_finished()]
+            self.finished = StateLog(done)
+            unfinished = [d for d in numbered if not TrialState[d["state"]].is_finished()]
+        else:
+            self.finished = _log(state["finished"], "finished")
+            unfinished = list(state["trials"])
+        trials = sorted([*self.finished, *unfinished], key=_number)
+        numbers = [data["number"] for data in trials]
+        if numbers != list(range(len(trials))):
+            raise ValueError(
+                f"OptunaSearch state: the trial numbers {numbers[:20]} of finished and trials "
+                "must be 0, 1, 2, ... each once"
+            )
+        for data in trials:  # in order: the same trial numbers and ids
+            study.add_trial(trial_from_data(data, table))
+        self._open = {data["number"]: None for data in unfinished}
+        self._count = len(trials)
+
+
+def _set_once(key: str) -> bool:
+    """A GA sampler's parent cache ("NSGAIISampler:parent:<generation>")."""
+    _, sep, generation = key.partition(":parent:")
+    return bool(sep) and generation.isdigit()
+
+
+def _items(state: dict[str, Any], key: str) -> list[tuple[str, Any]]:
+    value = state.get(key, {})
+    if not isinstance(value, dict):
+        raise ValueError(f"OptunaSearch state: {key}={value!r} must be a dict")
+    return list(value.items())
+
+
+def _log(value: Any, key: str) -> StateLog:
+    """`value` as the StateLog to go on appending to (the store's own, when it is one)."""
+    if not isinstance(value, list):
+        raise ValueError(f"OptunaSearch state: {key} must be a list, not {type(value).__name__}")
+    return value if isinstance(value, StateLog) else StateLog(value)
+
+
+def _number(data: Any) -> int:
+    number = data.get("number") if isinstance(data, dict) else None
+    if isinstance(number, bool) or not isinstance(number, int):
+        raise ValueError(f"OptunaSearch state: the trial {str(data)[:200]} has no int 'number'")
+    return number

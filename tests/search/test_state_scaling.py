@@ -1,0 +1,91 @@
+"""A searcher's saved state costs what changed, not the number of trials (issue 18).
+
+The controller saves `get_state()` of the searcher at every step. A real run on the
+simulated backend, then its experiment database read: the head of the searcher's
+state (the `state` row, rewritten when it changes) holds only the live trials, so its
+size does not depend on how many trials ran; the finished trials are rows of
+`state_log`, one each, written once.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import tunefleet as tune
+from tunefleet.backends.simulated import SimulatedTrainable
+from tunefleet.trial import Trial
+
+optuna = pytest.importorskip("optuna")
+
+
+def objective(config: dict[str, Any], budget: int) -> dict[str, float]:
+    return {"loss": (config["x"] - 0.3) ** 2 + 1.0 / budget}
+
+
+def head_size(db: sqlite3.Connection) -> int:
+    """The bytes of the searcher's head as last committed."""
+    row = db.execute("SELECT length(value) FROM state WHERE key = 'searcher'").fetchone()
+    return 0 if row is None else int(row[0])
+
+
+class HeadSizes(tune.Callback):
+    """Reads the experiment database as each trial ends: the searcher's head then (the
+    step before this one committed it, with the trials still running in it)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.sizes = path, list[int]()
+
+    def on_trial_complete(
+        self, iteration: int, trials: list[Trial], trial: Trial, **info: Any
+    ) -> None:
+        with sqlite3.connect(f"file:{self.path}?mode=ro", uri=True) as db:
+            self.sizes.append(head_size(db))
+
+
+def run(tmp_path: Path, trials: int) -> tuple[list[int], dict[str, Any], dict[str, int]]:
+    """The searcher's head sizes as trials ended, its last head, its log rows by path."""
+    from tunefleet.search import OptunaSearch
+
+    sim = SimulatedTrainable(objective, cost=1.0, max_budget=3, workers=4)
+    search = OptunaSearch(sampler=optuna.samplers.RandomSampler(seed=0))
+    name = f"scale{trials}"
+    sizes = HeadSizes(tmp_path / name / "experiment.db")
+    tune.Tuner(
+        sim,
+        param_space={"x": tune.uniform(0, 1), "units": tune.choice([16, 32, 64])},
+        tune_config=tune.TuneConfig(
+            metric="loss", mode="min", num_samples=trials, search_alg=search
+        ),
+        run_config=tune.RunConfig(
+            storage_path=str(tmp_path), name=name, verbose=0, callbacks=[sizes]
+        ),
+    ).fit()
+    with sqlite3.connect(tmp_path / name / "experiment.db") as db:
+        (head,) = db.execute("SELECT value FROM state WHERE key = 'searcher'").fetchone()
+        rows = dict(
+            db.execute(
+                "SELECT path, COUNT(*) FROM state_log WHERE key = 'searcher' GROUP BY path"
+            ).fetchall()
+        )
+    text = head if isinstance(head, str) else bytes(head).decode()
+    return sizes.sizes, json.loads(text), rows
+
+
+def test_optuna_search_head_does_not_grow_with_the_trials(tmp_path: Path) -> None:
+    small_sizes, _, small_rows = run(tmp_path, 300)
+    big_sizes, big, big_rows = run(tmp_path, 1200)
+    # each finished trial is one row of the searcher's log, written once
+    finished = [path for path in big_rows if path.endswith("finished")]
+    assert len(finished) == 1
+    assert small_rows[finished[0]] == 300 and big_rows[finished[0]] == 1200
+    # the head: no finished trial in it, and over the last 100 trials of each run the
+    # same size at 1,200 trials as at 300 (the running trials, the table, the seed)
+    assert "COMPLETE" not in json.dumps(big)
+    assert len(small_sizes) == 300 and len(big_sizes) == 1200
+    small_max, big_max = max(small_sizes[-100:]), max(big_sizes[-100:])
+    assert 0 < big_max <= small_max + 64 and big_max < 4000, (small_max, big_max)
