@@ -17,6 +17,7 @@ import pytest
 import tunefleet as tune
 from tests.helpers.results import metrics_of
 from tests.search.searcher_conformance import check_conformance
+from tunefleet._state_log import StateLog, join, split
 from tunefleet.schedulers import HyperBandForBOHB
 from tunefleet.search import BasicVariantGenerator, TuneBOHB
 from tunefleet.space import SearchSpaceError
@@ -123,6 +124,49 @@ def test_state_round_trip_gives_the_same_next_suggestions() -> None:
     assert len({json.dumps(c, sort_keys=True) for c in pending}) == 3
     with pytest.raises(ValueError, match="state version"):
         copy.set_state({"version": 0})
+
+
+def through_store(state: dict[str, Any]) -> dict[str, Any]:
+    """`state` as the experiment store gives it back: the head as JSON, each StateLog
+    read back from its rows as a new StateLog."""
+    head, logs = split(state)
+    return dict(join(json.loads(json.dumps(head)), lambda p: json.loads(json.dumps(logs[p]))))
+
+
+def test_finished_trials_are_saved_once_and_a_resume_suggests_the_same() -> None:
+    searcher = make(bohb_config={"random_fraction": 0.3})
+    run(searcher, 10, budget=1)
+    run(searcher, 6, start=10, budget=3)
+    pending = searcher.suggest("p0")  # still running when saved, told after the resume
+    assert isinstance(pending, dict)
+    state = searcher.get_state()
+    assert isinstance(state["done"], StateLog) and len(state["done"]) == 16
+    assert [row[1] for row in state["trials"]] == ["p0"]  # the head: the running one only
+    assert searcher.get_state()["done"] is state["done"]  # the same list, growing
+    copy = make(seed=99, bohb_config={"random_fraction": 0.3})
+    copy.set_state(through_store(state))
+    end = {"loss": bowl(pending), "hyperband_info": {"budget": 3, "bracket": 0}}
+    for search in (searcher, copy):
+        search.on_trial_result("p0", end)
+        search.on_trial_complete("p0", end)
+        search.on_trial_complete("p0", end)  # told twice: once in the log
+    assert run(copy, 6, start=30, budget=3) == run(searcher, 6, start=30, budget=3)
+    assert json.dumps(copy.get_state()) == json.dumps(searcher.get_state())
+    assert len(copy.get_state()["done"]) == 23
+
+
+def test_a_state_of_the_previous_format_still_loads() -> None:
+    searcher = make()
+    run(searcher, 8, budget=1)
+    searcher.suggest("p0")
+    state = json.loads(json.dumps(searcher.get_state()))
+    rows = sorted([[*r, False] for r in state.pop("done")] + [[*r, True] for r in state["trials"]])
+    old = {**state, "version": 1, "trials": [row[1:] for row in rows]}
+    copy = make()
+    copy.set_state(old)
+    assert json.dumps(copy.get_state()) == json.dumps(searcher.get_state())
+    with pytest.raises(ValueError, match=r"done must be a list of \[seq, trial_id"):
+        copy.set_state({**state, "done": [["t0"]]})
 
 
 def test_a_batch_has_no_duplicates_in_a_small_discrete_space() -> None:

@@ -26,6 +26,7 @@ from typing import Any
 
 from tunefleet._metrics import MetricSpec, ModeSpec, metric_value
 from tunefleet._redact import get_logger
+from tunefleet._state_log import StateLog
 from tunefleet.search._base import SpaceSearcher
 from tunefleet.search._shared import (
     category_index,
@@ -53,7 +54,7 @@ from tunefleet.space import (
 
 logger = get_logger(__name__)
 
-_STATE_VERSION = 1
+_STATE_VERSION = 2  # 2: finished trials in a StateLog, each with its order; 1 loads
 _DEFAULTS: dict[str, Any] = {
     "min_points_in_model": None,
     "top_n_percent": 15,
@@ -118,8 +119,10 @@ class TuneBOHB(SpaceSearcher):
         self._point_spaces: list[dict[str, Any]] = []
         self._params: dict[str, _Param] = {}
         self._min_points = 1
-        # trial id -> {"params": {name: Optuna value}, "obs": {budget: loss}, "live": bool}
+        # trial id -> {"params": {name: Optuna value}, "obs": {budget: loss}, "live": bool,
+        # "seq": its suggestion's number}, in the order of the suggestions
         self._trials: dict[str, dict[str, Any]] = {}
+        self._done = StateLog()  # [seq, trial id, params, [[budget, loss]]] of finished ones
         self._count = 0  # suggestions made: each has its own generator
         self._points_done = 0
         self._warned_budget = False
@@ -163,7 +166,8 @@ class TuneBOHB(SpaceSearcher):
             self.max_concurrent
         ):
             return None
-        rng = random.Random(f"{self._seed}:{self._count}")
+        seq = self._count
+        rng = random.Random(f"{self._seed}:{seq}")
         self._count += 1
         if self._points_done < len(self._point_spaces):
             index = self._points_done
@@ -172,7 +176,7 @@ class TuneBOHB(SpaceSearcher):
             params = self._params_of(config, f"points_to_evaluate[{index}]")
         else:
             config, params = self._sample(rng)
-        self._trials[trial_id] = {"params": params, "obs": {}, "live": True}
+        self._trials[trial_id] = {"params": params, "obs": {}, "live": True, "seq": seq}
         return config
 
     def _sample(self, rng: random.Random) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -293,13 +297,16 @@ class TuneBOHB(SpaceSearcher):
     ) -> None:
         """The trial is no longer pending; its observations stay (failed ones too)."""
         record = self._trials.get(trial_id)
-        if record is None:
+        if record is None or not record["live"]:  # not its trial, or told already
             return
         if result is not None and not error:
             self._observe(trial_id, result)
         record["live"] = False
         if not record["obs"]:
             del self._trials[trial_id]  # nothing learnt from it
+            return
+        obs = [[b, loss] for b, loss in record["obs"].items()]
+        self._done.append([record["seq"], trial_id, dict(record["params"]), obs])
 
     def _observe(self, trial_id: str, result: dict[str, Any]) -> None:
         record = self._trials.get(trial_id)
@@ -324,32 +331,55 @@ class TuneBOHB(SpaceSearcher):
 
     # -- state ----------------------------------------------------------------------------
     def get_state(self) -> dict[str, Any]:
-        """Observations per trial (Optuna values, budget -> loss), seed and counters."""
+        """Seed, counters, the running trials' observations (Optuna values, budget ->
+        loss) and the finished ones' in a StateLog, each saved once."""
         return {
             "version": _STATE_VERSION,
             "seed": self._seed,
             "count": self._count,
             "points_done": self._points_done,
+            "done": self._done,
             "trials": [
-                [tid, t["params"], [[b, loss] for b, loss in t["obs"].items()], t["live"]]
+                [t["seq"], tid, t["params"], [[b, loss] for b, loss in t["obs"].items()]]
                 for tid, t in self._trials.items()
+                if t["live"]
             ],
         }
 
     def set_state(self, state: dict[str, Any]) -> None:
         """Restore what `get_state` returned: the next suggestions are the same."""
-        check_state_version("TuneBOHB", state, _STATE_VERSION)
+        if state.get("version") == 1:  # [tid, params, obs, live] in the order of suggestions
+            old = [[i, *row] for i, row in enumerate(state["trials"])]
+            done, live = [r[:4] for r in old if not r[4]], [r[:4] for r in old if r[4]]
+        else:
+            check_state_version("TuneBOHB", state, _STATE_VERSION)
+            done, live = state["done"], state["trials"]
+        for key, rows in (("done", done), ("trials", live)):
+            if not isinstance(rows, list) or not all(
+                isinstance(r, list) and len(r) == 4 and isinstance(r[0], int) for r in rows
+            ):
+                raise ValueError(
+                    f"TuneBOHB state: {key} must be a list of [seq, trial_id, params, obs]"
+                )
         self._seed = int(state["seed"])
         self._count = int(state["count"])
         self._points_done = int(state["points_done"])
+        # the store's StateLog itself, to go on appending to
+        self._done = done if isinstance(done, StateLog) else StateLog(done)
+        ordered = sorted([(r, False) for r in done] + [(r, True) for r in live], key=_seq)
         self._trials = {
             str(tid): {
                 "params": dict(params),
                 "obs": {float(b): float(loss) for b, loss in obs},
-                "live": bool(live),
+                "live": is_live,
+                "seq": int(seq),
             }
-            for tid, params, obs, live in state["trials"]
+            for (seq, tid, params, obs), is_live in ordered
         }
+
+
+def _seq(row: tuple[list[Any], bool]) -> int:
+    return int(row[0][0])
 
 
 def _n_good(min_points: int, top_n_percent: float, n: int) -> int:
