@@ -582,7 +582,7 @@ def test_add_evaluated_trials_takes_an_experiment_analysis(optuna_run, storage):
     analysis = ExperimentAnalysis(os.path.join(storage, "optuna_run"))
     search = make_hyperopt(space=dict(SPACE), metric="loss", mode="min")
     search.add_evaluated_trials(analysis, "loss")
-    assert len(search.get_state()["trials"]) == 4
+    assert len(search.get_state()["done"]) == 4  # finished trials: in the StateLog
     with pytest.warns(UserWarning, match="no finished trial reported the metric"):
         make_optuna(space=dict(SPACE), metric="loss", mode="min").add_evaluated_trials(
             analysis.trials, "no_such_metric"

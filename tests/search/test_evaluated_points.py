@@ -55,7 +55,7 @@ def test_hyperopt_and_bayesopt_count_points_in_their_state() -> None:
         search.add_evaluated_point({"x": 0.2}, 0.0, error=True)
         search.add_evaluated_point({"x": 0.3}, float("inf"))  # dropped, as a result is
     # HyperOpt keeps a failed trial out of its list (as for a failed run)
-    assert [t["result"]["loss"] for t in hyper.get_state()["trials"]] == [-0.5]
+    assert [t["result"]["loss"] for t in hyper.get_state()["done"]] == [-0.5]
     assert [t["state"] for t in bayes.get_state()["trials"]] == ["COMPLETE", "FAIL"]
     with pytest.raises(TypeError, match="value='a' must be a number"):
         hyper.add_evaluated_point({"x": 0.1}, "a")  # type: ignore[arg-type]

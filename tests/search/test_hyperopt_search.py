@@ -11,6 +11,7 @@ import pytest
 
 import tunefleet as tune
 from tests.search.searcher_conformance import bowl, bowl_losses, check_conformance, check_value
+from tunefleet._state_log import StateLog, join, split
 from tunefleet.search import HyperOptSearch
 from tunefleet.space import Float, Integer
 
@@ -258,6 +259,46 @@ def test_state_round_trip_with_pending_trials_gives_the_same_suggestions() -> No
     assert run(search, 5, lambda c: c["x"], 20) == run(copy, 5, lambda c: c["x"], 20)
     with pytest.raises(ValueError, match="state version"):
         copy.set_state({**state, "version": 99})
+
+
+def through_store(state: dict[str, Any]) -> dict[str, Any]:
+    """`state` as the experiment store gives it back: the head as JSON, each StateLog
+    read back from its rows as a new StateLog."""
+    head, logs = split(state)
+    return dict(join(json.loads(json.dumps(head)), lambda p: json.loads(json.dumps(logs[p]))))
+
+
+def test_finished_trials_are_saved_once_and_a_resume_suggests_the_same() -> None:
+    space = {"x": tune.uniform(0, 1), "c": tune.choice(["a", "b"])}
+
+    def fresh() -> HyperOptSearch:
+        return make(space, n_initial_points=3)
+
+    search = fresh()
+    search.add_evaluated_point({"x": 0.4, "c": "a"}, 0.16)
+    search.add_evaluated_point({"x": 0.9, "c": "b"}, 0.0, error=True)
+    run(search, 5, lambda c: c["x"])
+    pending = search.suggest("pending")
+    state = search.get_state()
+    # the failed point is dropped, as HyperOpt's Trials drops it
+    assert isinstance(state["done"], StateLog) and len(state["done"]) == 6
+    assert [d["tid"] for d in state["trials"]] == [7]  # the head: the running trial only
+    assert search.get_state()["done"] is state["done"]
+    copy = fresh()
+    copy.set_state(through_store(state))
+    for s in (search, copy):
+        s.on_trial_complete("pending", {"loss": 0.3})
+    assert run(search, 5, lambda c: c["x"], 20) == run(copy, 5, lambda c: c["x"], 20)
+    assert json.dumps(copy.get_state()) == json.dumps(search.get_state())
+    assert len(copy.get_state()["done"]) == 12 and isinstance(pending, dict)
+    # the previous format: every trial in "trials", in tid order
+    saved = json.loads(json.dumps(search.get_state()))
+    every = sorted([*saved.pop("done"), *saved["trials"]], key=lambda d: d["tid"])
+    old = fresh()
+    old.set_state({**saved, "version": 1, "trials": every})
+    assert json.dumps(old.get_state()) == json.dumps(search.get_state())
+    with pytest.raises(ValueError, match="done must be a list of trials with a tid"):
+        old.set_state({**saved, "done": [{"x": 1}]})
 
 
 def test_missing_hyperopt_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:

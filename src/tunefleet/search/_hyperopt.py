@@ -34,14 +34,14 @@ from tunefleet._metrics import (
     python_scalar,
     python_scalars,
 )
+from tunefleet._state_log import StateLog
 from tunefleet.search._base import SpaceSearcher
+from tunefleet.search._hyperopt_space import _exact, _native, _translate
 from tunefleet.search._shared import (
     check_points,
     check_rewards,
     check_state_version,
     children,
-    claim_name,
-    grid_refused,
     import_optional,
     point_params,
     require_metric,
@@ -51,18 +51,11 @@ from tunefleet.space import (
     GRID_KEY,
     Categorical,
     Domain,
-    Float,
-    Function,
-    Integer,
-    Normal,
-    format_path,
-    parameter_name,
     resolve,
     validate_space,
 )
-from tunefleet.space._domains import _Category, _float_times
 
-_STATE_VERSION = 1
+_STATE_VERSION = 2  # 2: finished trials in a StateLog, the head the running; 1 loads
 _TPE_TRIES, _RANDOM_TRIES = 10, 20  # draws to avoid a duplicate before accepting one
 _RUNNING, _DONE, _ERROR = 1, 2, 3  # hyperopt.base.JOB_STATE_*
 
@@ -136,6 +129,8 @@ class HyperOptSearch(SpaceSearcher):
         self._domain: Any = None
         self._trials: Any = None
         self._live: dict[str, int] = {}  # trial_id -> HyperOpt tid
+        self._running: dict[int, dict[str, Any]] = {}  # tid -> its doc in Trials
+        self._done = StateLog()  # the finished trials' data (`_data`), each saved once
         self._queue: list[dict[str, list[Any]]] = []  # values of points still to run
         self._calls = 0  # TPE calls so far (each one's seed derives from it)
         self._next_tid = 0
@@ -167,6 +162,7 @@ class HyperOptSearch(SpaceSearcher):
         self._domain = self._hp.Domain(lambda s: s, expr)
         self._trials = self._hp.Trials()
         self._live, self._queue, self._calls, self._next_tid = {}, [], 0, 0
+        self._running, self._done = {}, StateLog()
         for i, point in enumerate(self._points):
             vals = self._point_vals(point, f"points_to_evaluate[{i}]")
             if self._space is None:
@@ -209,12 +205,13 @@ class HyperOptSearch(SpaceSearcher):
         if self._space is None:
             self._check_native_point(vals, parameters, "parameters")
         if error:
-            self._insert(self._new_tid(), vals, _ERROR, {"status": "fail"})
+            self._insert(self._new_tid(), vals, _ERROR, {"status": "fail"})  # not kept
             return
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise TypeError(f"HyperOptSearch: value={value!r} must be a number")
         if math.isfinite(value):  # a non-finite value is dropped, as a result's is
             self._insert(self._new_tid(), vals, _DONE, self._result(value))
+            self._done.append(_data(self._trials.trials[-1]))
         self._trials.refresh()
 
     def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
@@ -233,7 +230,7 @@ class HyperOptSearch(SpaceSearcher):
         tid = self._live.pop(trial_id, None)
         if tid is None:
             return
-        doc = next((d for d in self._trials.trials if d["tid"] == tid), None)
+        doc = self._running.pop(tid, None)
         if doc is None:
             return
         value = None if error or result is None else metric_value(result, str(self.metric))
@@ -248,17 +245,16 @@ class HyperOptSearch(SpaceSearcher):
             # an infeasible trial counts as a failure: no loss, which TPE takes as +inf
             doc["result"] = {"status": "fail"} if infeasible else self._result(value)
         self._trials.refresh()
+        if doc["state"] == _DONE:  # Trials keeps no failed trial: neither does the state
+            self._done.append(_data(doc))
 
     # ------------------------------------------------------------------ state
 
     def get_state(self) -> dict[str, Any]:
-        """The observations (HyperOpt values, state and loss of each trial), the seed
-        and the counters, as JSON-able data."""
+        """The seed, the counters, the running trials (HyperOpt values, state) and the
+        finished ones (and their loss) in a StateLog, each saved once."""
         self._ready()
-        trials = [
-            {"tid": d["tid"], "vals": d["misc"]["vals"], "state": d["state"], "result": d["result"]}
-            for d in self._trials.trials
-        ]
+        trials = [_data(doc) for doc in self._running.values()]
         return {
             "version": _STATE_VERSION,
             "seed": self._seed,
@@ -266,22 +262,35 @@ class HyperOptSearch(SpaceSearcher):
             "next_tid": self._next_tid,
             "points_left": len(self._queue),
             "live": dict(self._live),
+            "done": self._done,
             "trials": trials,
         }
 
     def set_state(self, state: dict[str, Any]) -> None:
         """Rebuild `Trials` from the observations; the next suggestions are the ones
         the saved searcher would have made."""
-        check_state_version("HyperOptSearch", state, _STATE_VERSION)
+        if state.get("version") == 1:  # every trial in "trials", in tid order
+            done = [d for d in state["trials"] if int(d["state"]) != _RUNNING]
+            running = [d for d in state["trials"] if int(d["state"]) == _RUNNING]
+        else:
+            check_state_version("HyperOptSearch", state, _STATE_VERSION)
+            done, running = state["done"], state["trials"]
+        for key, docs in (("done", done), ("trials", running)):
+            if not isinstance(docs, list) or not all(
+                isinstance(d, dict) and isinstance(d.get("tid"), int) for d in docs
+            ):
+                raise ValueError(f"HyperOptSearch state: {key} must be a list of trials with a tid")
         self._ready()
         self._seed, self._calls = int(state["seed"]), int(state["calls"])
         self._next_tid = int(state["next_tid"])
         left = int(state["points_left"])
         self._queue = self._queue[len(self._queue) - left :] if left else []
         self._live = {str(k): int(v) for k, v in state["live"].items()}
-        self._trials = self._hp.Trials()
-        for doc in state["trials"]:
+        self._trials, self._running = self._hp.Trials(), {}
+        for doc in sorted([*done, *running], key=lambda d: int(d["tid"])):  # inserted so
             self._insert(int(doc["tid"]), doc["vals"], int(doc["state"]), dict(doc["result"]))
+        # the store's StateLog itself, to go on appending to
+        self._done = done if isinstance(done, StateLog) else StateLog(done)
 
     # ------------------------------------------------------------------ HyperOpt
 
@@ -323,6 +332,8 @@ class HyperOptSearch(SpaceSearcher):
         doc["state"] = state
         self._trials.insert_trial_docs([doc])
         self._trials.refresh()
+        if state == _RUNNING:
+            self._running[tid] = self._trials.trials[-1]  # Trials keeps a copy
 
     def _key(self, vals: Mapping[str, list[Any]]) -> tuple[tuple[str, Any], ...]:
         """What makes two suggestions the same config (exact values, category indices)."""
@@ -394,107 +405,17 @@ class HyperOptSearch(SpaceSearcher):
         return value
 
 
-# ---------------------------------------------------------------------- translation
-
-
-def _translate(
-    hp: Any,
-    node: Any,
-    path: tuple[Any, ...],
-    name: tuple[Any, ...],
-    params: dict[str, Domain],
-    paths: dict[str, tuple[Any, ...]],
-) -> dict[str, Any]:
-    """The HyperOpt expressions ``{label: hp...}`` for the domains under `node`.
-
-    `name` is `path` with a `_Category` after each choice, as `resolve` names them;
-    a choice's sub-spaces become the options of an ``hp.choice``, so TPE sees their
-    parameters only in the branch that is chosen.
-    """
-    if isinstance(node, Function):
-        return {}  # computed from the config by resolve
-    if isinstance(node, Domain):
-        label = parameter_name(name)
-        claim_name("HyperOptSearch", label, path, paths)
-        params[label] = node
-        if isinstance(node, Categorical):
-            options = [
-                _translate(hp, c, path, (*name, _Category(i)), params, paths)
-                for i, c in enumerate(node.categories)
-            ]
-            return {label: hp.choice(label, options)}
-        return {label: _expression(hp, label, node)}
-    if isinstance(node, dict) and GRID_KEY in node:
-        raise grid_refused("HyperOptSearch", format_path(path))
-    found: dict[str, Any] = {}
-    for key, value in children(node):
-        found.update(_translate(hp, value, (*path, key), (*name, key), params, paths))
-    return found
-
-
-def _expression(hp: Any, label: str, domain: Domain) -> Any:
-    """The HyperOpt distribution of one numeric domain.
-
-    A quantized domain spans half a step past its extreme multiples, so HyperOpt's
-    ``round(x / q) * q`` gives each allowed value the same prior mass; `_exact`
-    then turns HyperOpt's float into the domain's exact value.
-    """
-    if isinstance(domain, Normal):
-        if domain.q is None:
-            return hp.normal(label, domain.mean, domain.sd)
-        return hp.qnormal(label, domain.mean, domain.sd, domain.q)
-    assert isinstance(domain, (Float, Integer))  # Categorical and Function are handled
-    q = domain.q
-    if q is None:
-        if domain.log:
-            return hp.loguniform(label, math.log(domain.lower), math.log(domain.upper))
-        return hp.uniform(label, domain.lower, domain.upper)
-    low, high = domain.min_value - q / 2, domain.max_value + q / 2
-    if domain.log:  # min_value >= q > 0 here, so low >= q/2 > 0
-        return hp.qloguniform(label, math.log(low), math.log(high), q)
-    return hp.quniform(label, low, high, q)
-
-
-def _native(hp: Any, node: Any, path: tuple[Any, ...]) -> Any:
-    """`node` with each domain replaced by the HyperOpt expression sampling its values."""
-    label = "/".join(str(k) for k in path)
-    if isinstance(node, Function):
-        raise ValueError(
-            f"HyperOptSearch.convert_search_space: {format_path(path)} is a sample_from "
-            "function, which a HyperOpt space cannot hold: give this space as the Tuner's "
-            "param_space (HyperOptSearch computes it there)"
-        )
-    if isinstance(node, Categorical):
-        options = [_native(hp, c, (*path, i)) for i, c in enumerate(node.categories)]
-        return hp.hp.choice(label, options)
-    if isinstance(node, Integer):
-        return hp.pyll.scope.int(_expression(hp.hp, label, node))
-    if isinstance(node, Domain):
-        return _expression(hp.hp, label, node)
-    if isinstance(node, dict) and GRID_KEY in node:
-        raise grid_refused("HyperOptSearch", format_path(path))
-    if isinstance(node, dict):
-        return {k: _native(hp, v, (*path, k)) for k, v in node.items()}
-    if isinstance(node, (list, tuple)):
-        return type(node)(_native(hp, v, (*path, i)) for i, v in enumerate(node))
-    return node
-
-
-def _exact(domain: Domain, value: Any) -> Any:
-    """The domain's value for HyperOpt's number: an int, an exact multiple of q, in bounds."""
-    if isinstance(domain, Normal):
-        return float(value) if domain.q is None else _float_times(round(value / domain.q), domain.q)
-    if isinstance(domain, Integer):
-        k_lo, k_hi = domain._multiples()
-        return min(max(round(value / domain.q), k_lo), k_hi) * domain.q
-    assert isinstance(domain, Float)
-    if domain.q is None:
-        return min(max(float(value), domain.lower), domain.upper)
-    k_lo, k_hi = domain._multiples()
-    return _float_times(min(max(round(value / domain.q), k_lo), k_hi), domain.q)
-
-
 # ---------------------------------------------------------------------- helpers
+
+
+def _data(doc: dict[str, Any]) -> dict[str, Any]:
+    """A HyperOpt trial as saved: its tid, values, state and result."""
+    return {
+        "tid": doc["tid"],
+        "vals": doc["misc"]["vals"],
+        "state": doc["state"],
+        "result": doc["result"],
+    }
 
 
 def _is_native(space: Any, apply: type) -> bool:
