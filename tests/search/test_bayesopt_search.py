@@ -22,6 +22,7 @@ from tests.search.searcher_conformance import (
     check_conformance,
     check_value,
 )
+from tunefleet._state_log import StateLog, join, split
 from tunefleet.search import FINISHED, BayesOptSearch
 from tunefleet.space import Float, Integer
 
@@ -258,6 +259,48 @@ def test_state_round_trip_with_points_and_pending_trials() -> None:
     assert search.get_state() == copy.get_state()
     with pytest.raises(ValueError, match="state version"):
         copy.set_state({**state, "version": 99})
+
+
+def through_store(state: dict[str, Any]) -> dict[str, Any]:
+    """`state` as the experiment store gives it back: the head as JSON, each StateLog
+    read back from its rows as a new StateLog."""
+    head, logs = split(state)
+    return dict(join(json.loads(json.dumps(head)), lambda p: json.loads(json.dumps(logs[p]))))
+
+
+def test_finished_trials_and_asks_are_saved_once_and_the_previous_format_loads() -> None:
+    space = {"x": tune.uniform(0, 1), "c": tune.choice(["a", "b"])}
+    search = make(space, points_to_evaluate=[{"x": 0.1, "c": "b"}])
+    run(search, 6, lambda c: c["x"])
+    pending = search.suggest("pending")
+    state = search.get_state()
+    assert isinstance(state["done"], StateLog) and len(state["done"]) == 6
+    assert isinstance(state["asks"], StateLog) and len(state["asks"]) == 7
+    assert [t["number"] for t in state["trials"]] == [6]  # the head: the running one only
+    assert search.get_state()["done"] is state["done"]
+    # the previous format: every trial in "trials", the repeats counted
+    saved = json.loads(json.dumps(state))
+    every = sorted([*saved.pop("done"), *saved.pop("trials")], key=lambda t: t["number"])
+    repeats: dict[str, int] = {}
+    for key in saved.pop("asks"):
+        repeats[key] = repeats.get(key, 0) + 1
+    old = {
+        **saved,
+        "version": 1,
+        "repeats": repeats,
+        "trials": [{k: v for k, v in t.items() if k != "number"} for t in every],
+    }
+    copies = [make(space, points_to_evaluate=[{"x": 0.1, "c": "b"}]) for _ in range(2)]
+    copies[0].set_state(through_store(state))
+    copies[1].set_state(old)
+    for s in (search, *copies):
+        s.on_trial_complete("pending", {"loss": 0.3})
+    expected = run(search, 4, lambda c: c["x"], 20)
+    assert all(run(copy, 4, lambda c: c["x"], 20) == expected for copy in copies)
+    assert json.dumps(copies[0].get_state()) == json.dumps(search.get_state())
+    assert len(copies[0].get_state()["done"]) == 11 and isinstance(pending, dict)
+    with pytest.raises(ValueError, match="asks must be a list of config keys"):
+        copies[0].set_state({**through_store(state), "asks": [1]})
 
 
 def test_missing_optuna_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -56,7 +56,7 @@ def test_hyperopt_and_bayesopt_count_points_in_their_state() -> None:
         search.add_evaluated_point({"x": 0.3}, float("inf"))  # dropped, as a result is
     # HyperOpt keeps a failed trial out of its list (as for a failed run)
     assert [t["result"]["loss"] for t in hyper.get_state()["done"]] == [-0.5]
-    assert [t["state"] for t in bayes.get_state()["trials"]] == ["COMPLETE", "FAIL"]
+    assert [t["state"] for t in bayes.get_state()["done"]] == ["COMPLETE", "FAIL"]
     with pytest.raises(TypeError, match="value='a' must be a number"):
         hyper.add_evaluated_point({"x": 0.1}, "a")  # type: ignore[arg-type]
 
@@ -96,10 +96,10 @@ def test_bayesopt_analysis_is_told_to_the_model_at_setup(tmp_path: Any) -> None:
     ).fit()
     search = BayesOptSearch(SPACE, "loss", "min", analysis=grid)
     search.suggest("t0")
-    assert [t["params"]["x"] for t in search.get_state()["trials"]][:2] == [0.1, 0.9]
+    assert [t["params"]["x"] for t in search.get_state()["done"]][:2] == [0.1, 0.9]
     later = BayesOptSearch(SPACE, "loss", "min")
     later.register_analysis(grid)
-    assert len(later.get_state()["trials"]) == 2
+    assert len(later.get_state()["done"]) == 2
 
 
 def test_refusals_name_the_value() -> None:

@@ -17,14 +17,17 @@ suggestions.
 
 from __future__ import annotations
 
+import collections
 import json
 import math
 import random
 from typing import TYPE_CHECKING, Any
 
 from tunefleet._metrics import MetricSpec, ModeSpec, metric_value
+from tunefleet._state_log import StateLog
 from tunefleet.search._base import FINISHED, SpaceSearcher
 from tunefleet.search._bayesopt_acqf import check_constraints, gp_sampler, parse_utility
+from tunefleet.search._optuna_state import TrialTracker
 from tunefleet.search._shared import (
     check_points,
     check_rewards,
@@ -62,8 +65,9 @@ from tunefleet.space._domains import _Category
 if TYPE_CHECKING:
     import optuna
     from optuna.distributions import BaseDistribution
+    from optuna.trial import FrozenTrial
 
-_STATE_VERSION = 1
+_STATE_VERSION = 2  # 2: finished trials and the asks in StateLogs; 1 loads
 _RANDOM_TRIES = 10  # random draws replacing a duplicate before giving up (None)
 
 
@@ -165,6 +169,8 @@ class BayesOptSearch(SpaceSearcher):
         self._live: dict[str, optuna.Trial] = {}  # trial_id -> its Optuna trial
         self._queue: list[dict[str, Any]] = []  # parameters of points still to run
         self._repeats: dict[str, int] = {}  # config key -> times suggested (patience)
+        self._asks = StateLog()  # the key of each suggestion (`_repeats` counts them)
+        self._tracker: TrialTracker  # the trials as saved state, finished ones logged once
         self._calls = 0  # suggestions asked of the GP sampler (each one's seed)
 
     # ------------------------------------------------------------------ setup
@@ -244,9 +250,12 @@ class BayesOptSearch(SpaceSearcher):
 
     def _reset(self) -> None:
         direction = "minimize" if self.mode == "min" else "maximize"
+        storage = self._optuna.storages.InMemoryStorage()
         with quiet_optuna():
-            self._study = self._optuna.create_study(direction=direction)
-        self._live, self._repeats, self._calls = {}, {}, 0
+            self._study = self._optuna.create_study(storage=storage, direction=direction)
+        study_id = storage.get_study_id_from_name(self._study.study_name)
+        self._tracker = TrialTracker(storage, study_id, _data, "BayesOptSearch")
+        self._live, self._repeats, self._calls, self._asks = {}, {}, 0, StateLog()
 
     # ------------------------------------------------------------------ events
 
@@ -269,6 +278,7 @@ class BayesOptSearch(SpaceSearcher):
             config = self._config(trial)
             key = _key(trial.params)
             self._repeats[key] = count = self._repeats.get(key, 0) + 1
+            self._asks.append(key)
             if count > self.patience:
                 study.tell(trial, state=self._optuna.trial.TrialState.FAIL)
                 return FINISHED
@@ -299,38 +309,44 @@ class BayesOptSearch(SpaceSearcher):
     # ------------------------------------------------------------------ state
 
     def get_state(self) -> dict[str, Any]:
-        """The observations (parameters, state, value, constraint values of every
-        trial), the seed and the counters, as JSON-able data."""
+        """The observations (parameters, state, value, constraint values) of the
+        running trials, and of the finished ones in a StateLog (each saved once), the
+        suggestions' keys in another, the seed and the counters, as JSON-able data."""
         self._ready()
-        assert self._study is not None
-        trials = [
-            {
-                "params": t.params,
-                "state": t.state.name,
-                "value": t.value,
-                "constraints": getattr(t, "constraints", None) or None,
-            }
-            for t in self._study.get_trials(deepcopy=False)  # no copy per save
-        ]
+        self._tracker.track()
         live = {trial_id: trial.number for trial_id, trial in self._live.items()}
         return {
             "version": _STATE_VERSION,
             "seed": self._seed,
             "calls": self._calls,
             "points_left": len(self._queue),
-            "repeats": dict(self._repeats),
+            "asks": self._asks,
             "live": live,
-            "trials": trials,
+            "done": self._tracker.finished,
+            "trials": self._tracker.unfinished(),
         }
 
     def set_state(self, state: dict[str, Any]) -> None:
         """Replay the observations into a new study; the next suggestions are the
         ones the saved searcher would have made."""
-        check_state_version("BayesOptSearch", state, _STATE_VERSION)
+        if state.get("version") != 1:  # the previous format loads too
+            check_state_version("BayesOptSearch", state, _STATE_VERSION)
         self._ready()
         self._reset()
+        if state.get("version") == 1:  # every trial in "trials"; "repeats" counted
+            old = [{"number": i, **saved} for i, saved in enumerate(state["trials"])]
+            repeats = {str(k): int(v) for k, v in state["repeats"].items()}
+            asks: Any = [key for key, count in repeats.items() for _ in range(count)]
+            done = [saved for saved in old if saved["state"] != "RUNNING"]
+            trials = self._tracker.restored(done, [t for t in old if t["state"] == "RUNNING"])
+        else:
+            asks = state["asks"]
+            if not isinstance(asks, list) or not all(isinstance(k, str) for k in asks):
+                raise ValueError("BayesOptSearch state: asks must be a list of config keys")
+            trials = self._tracker.restored(state["done"], state["trials"])
         live = {int(number): str(trial_id) for trial_id, number in state["live"].items()}
-        for number, saved in enumerate(state["trials"]):
+        for saved in trials:  # in number order: the same numbers
+            number = saved["number"]
             if saved["state"] == "RUNNING":
                 trial = self._ask_fixed(saved["params"])
                 if number in live:
@@ -342,7 +358,8 @@ class BayesOptSearch(SpaceSearcher):
         self._seed, self._calls = int(state["seed"]), int(state["calls"])
         left = int(state["points_left"])
         self._queue = self._queue[len(self._queue) - left :] if left else []
-        self._repeats = {str(k): int(v) for k, v in state["repeats"].items()}
+        self._asks = asks if isinstance(asks, StateLog) else StateLog(asks)
+        self._repeats = dict(collections.Counter(self._asks))
 
     # ------------------------------------------------------------------ Optuna
 
@@ -456,6 +473,15 @@ def _bounds_to_domains(space: Any) -> Any:
     if isinstance(space, dict) and GRID_KEY not in space:
         return {k: _bounds_to_domains(v) for k, v in space.items()}
     return space
+
+
+def _data(trial: FrozenTrial) -> dict[str, Any]:
+    return {
+        "params": trial.params,
+        "state": trial.state.name,
+        "value": trial.value,
+        "constraints": getattr(trial, "constraints", None) or None,
+    }
 
 
 def _key(params: dict[str, Any]) -> str:

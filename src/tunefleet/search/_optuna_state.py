@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import pickle
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from tunefleet._redact import get_logger
@@ -134,25 +135,25 @@ def _array_from_data(value: Any) -> Any:
     return array[()] if value["scalar"] else array
 
 
-class StudyState:
-    """An in-memory study's trials as saved state, at a cost of what changed.
+class TrialTracker:
+    """The trials of an in-memory study by number: the unfinished ones, and the
+    finished ones as data (``data(trial)`` and its number) in the `finished` StateLog,
+    each logged once (a finished trial never changes). New trials are found by number
+    and single trials read through the storage: `track` costs the new and the
+    unfinished trials, never all of them."""
 
-    A finished trial is data that never changes: it goes, once, into the `finished`
-    StateLog (with its number). The head holds only the unfinished trials (the live
-    ones and the queued points), the distributions table and the study's attributes;
-    GA samplers' parent caches (one study attribute per generation) go to a log too.
-    New trials are found by number, single trials read through the storage: no step
-    walks the study's trials.
-    """
-
-    def __init__(self, storage: BaseStorage, study_id: int) -> None:
-        self.storage, self.study_id = storage, study_id
+    def __init__(
+        self,
+        storage: BaseStorage,
+        study_id: int,
+        data: Callable[[FrozenTrial], dict[str, Any]],
+        owner: str,
+    ) -> None:
+        self.storage, self.study_id, self.owner = storage, study_id, owner
+        self._to_data = data
         self.finished = StateLog()  # finished trials as data, in the order they finished
-        self.attr_log = StateLog()  # [key, value] of the study attributes set once
-        self.table: dict[str, int] = {}  # the distributions (as JSON) by index
         self._open: dict[int, None] = {}  # numbers of the unfinished trials
         self._count = 0  # the trials of the study seen so far
-        self._logged: set[str] = set()
 
     def _trial(self, number: int) -> FrozenTrial:
         storage = self.storage
@@ -161,7 +162,7 @@ class StudyState:
         )
 
     def _data(self, trial: FrozenTrial) -> dict[str, Any]:
-        return {"number": trial.number, **trial_to_data(trial, self.table)}
+        return {"number": trial.number, **self._to_data(trial)}
 
     def track(self) -> None:
         """Take the new trials in as unfinished, and log those that finished since."""
@@ -178,19 +179,61 @@ class StudyState:
                 del self._open[number]
                 self.finished.append(self._data(trial))
 
+    def unfinished(self) -> list[dict[str, Any]]:
+        """The unfinished trials as data (after `track`)."""
+        return [self._data(self._trial(number)) for number in self._open]
+
+    def restored(self, finished: Any, unfinished: Any) -> list[dict[str, Any]]:
+        """Take the saved trials back (`finished`: the store's StateLog, appended to
+        from here on); all of them in number order, to add to a new study."""
+        self.finished = _log(finished, "finished", self.owner)
+        if not isinstance(unfinished, list):
+            raise ValueError(f"{self.owner} state: trials must be a list")
+        trials = sorted([*self.finished, *unfinished], key=lambda d: _number(d, self.owner))
+        numbers = [data["number"] for data in trials]
+        if numbers != list(range(len(trials))):
+            raise ValueError(
+                f"{self.owner} state: the trial numbers {numbers[:20]} of finished and trials "
+                "must be 0, 1, 2, ... each once"
+            )
+        self._open = {data["number"]: None for data in unfinished}
+        self._count = len(trials)
+        return trials
+
+
+class StudyState:
+    """An in-memory study's trials as saved state, at a cost of what changed.
+
+    A finished trial is data that never changes: it goes, once, into the `finished`
+    StateLog (with its number). The head holds only the unfinished trials (the live
+    ones and the queued points), the distributions table and the study's attributes;
+    GA samplers' parent caches (one study attribute per generation) go to a log too.
+    New trials are found by number, single trials read through the storage: no step
+    walks the study's trials.
+    """
+
+    def __init__(self, storage: BaseStorage, study_id: int) -> None:
+        self.storage, self.study_id = storage, study_id
+        self.attr_log = StateLog()  # [key, value] of the study attributes set once
+        self.table: dict[str, int] = {}  # the distributions (as JSON) by index
+        self.trials = TrialTracker(
+            storage, study_id, lambda t: trial_to_data(t, self.table), "OptunaSearch"
+        )
+        self._logged: set[str] = set()
+
     def state(self) -> dict[str, Any]:
-        self.track()
+        self.trials.track()
         attrs = self.storage.get_study_system_attrs(self.study_id)
         for key, value in attrs.items():
             if key not in self._logged and _set_once(key):
                 self._logged.add(key)
                 self.attr_log.append([key, value])
-        unfinished = [self._data(self._trial(number)) for number in self._open]
+        unfinished = self.trials.unfinished()
         return {  # the table after the trials: they may have added to it
             "study_attrs": {k: v for k, v in attrs.items() if k not in self._logged},
             "study_attr_log": self.attr_log,
             "distributions": [json.loads(d) for d in self.table],
-            "finished": self.finished,
+            "finished": self.trials.finished,
             "trials": unfinished,
         }
 
@@ -202,7 +245,7 @@ class StudyState:
 
         for key, value in _items(state, "study_attrs"):
             self.storage.set_study_system_attr(self.study_id, key, value)
-        self.attr_log = _log(state.get("study_attr_log", []), "study_attr_log")
+        self.attr_log = _log(state.get("study_attr_log", []), "study_attr_log", "OptunaSearch")
         for item in self.attr_log:
             if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], str)):
                 raise ValueError(
@@ -215,22 +258,12 @@ class StudyState:
         if state.get("version") == 1:  # every trial in "trials", in number order
             numbered = [{"number": i, **data} for i, data in enumerate(state["trials"])]
             done = [d for d in numbered if TrialState[d["state"]].is_finished()]
-            self.finished = StateLog(done)
             unfinished = [d for d in numbered if not TrialState[d["state"]].is_finished()]
+            trials = self.trials.restored(done, unfinished)
         else:
-            self.finished = _log(state["finished"], "finished")
-            unfinished = list(state["trials"])
-        trials = sorted([*self.finished, *unfinished], key=_number)
-        numbers = [data["number"] for data in trials]
-        if numbers != list(range(len(trials))):
-            raise ValueError(
-                f"OptunaSearch state: the trial numbers {numbers[:20]} of finished and trials "
-                "must be 0, 1, 2, ... each once"
-            )
+            trials = self.trials.restored(state["finished"], state["trials"])
         for data in trials:  # in order: the same trial numbers and ids
             study.add_trial(trial_from_data(data, table))
-        self._open = {data["number"]: None for data in unfinished}
-        self._count = len(trials)
 
 
 def _set_once(key: str) -> bool:
@@ -246,15 +279,15 @@ def _items(state: dict[str, Any], key: str) -> list[tuple[str, Any]]:
     return list(value.items())
 
 
-def _log(value: Any, key: str) -> StateLog:
+def _log(value: Any, key: str, owner: str) -> StateLog:
     """`value` as the StateLog to go on appending to (the store's own, when it is one)."""
     if not isinstance(value, list):
-        raise ValueError(f"OptunaSearch state: {key} must be a list, not {type(value).__name__}")
+        raise ValueError(f"{owner} state: {key} must be a list, not {type(value).__name__}")
     return value if isinstance(value, StateLog) else StateLog(value)
 
 
-def _number(data: Any) -> int:
+def _number(data: Any, owner: str) -> int:
     number = data.get("number") if isinstance(data, dict) else None
     if isinstance(number, bool) or not isinstance(number, int):
-        raise ValueError(f"OptunaSearch state: the trial {str(data)[:200]} has no int 'number'")
+        raise ValueError(f"{owner} state: the trial {str(data)[:200]} has no int 'number'")
     return number
