@@ -504,3 +504,18 @@ def test_tuner_restore_continues_the_same_search(storage: str) -> None:
     # the restored study holds the first run's observations, then six new trials
     assert {(t["params"]["x"], t["params"]["y"]) for t in trials[:6]} == first
     assert not first & {(t["params"]["x"], t["params"]["y"]) for t in trials[6:]}
+
+
+def test_nsga2_parent_caches_are_logged_once_not_kept_in_the_head() -> None:
+    def factory() -> OptunaSearch:
+        return OptunaSearch(sampler=optuna.samplers.NSGAIISampler(population_size=4, seed=0))
+
+    searcher = make(factory, SMALL_SPACE)
+    drive(searcher, 20)
+    state = searcher.get_state()
+    keys = [key for key, _ in state["study_attr_log"]]
+    assert keys and all(":parent:" in key for key in keys)  # one per generation, once
+    assert not [key for key in state["study_attrs"] if ":parent:" in key]
+    copy = make(factory, SMALL_SPACE)
+    copy.set_state(through_store(state))
+    assert json.dumps(copy.get_state()) == json.dumps(state)
