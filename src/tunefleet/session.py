@@ -14,6 +14,7 @@ import importlib
 import math
 import os
 import platform
+import shutil
 import sys
 import threading
 import time
@@ -24,7 +25,9 @@ from typing import Any, TypeGuard
 from tunefleet import result as keys
 from tunefleet._metrics import python_scalars
 from tunefleet.resources import PlacementGroupFactory
+from tunefleet.storage import _staged
 from tunefleet.storage.checkpoint import Checkpoint, checkpoint_dir_name, persist_checkpoint
+from tunefleet.storage.paths import is_url
 
 # "module:function" installing a session in a process a launcher started (`_require_session`).
 SESSION_HOOK_ENV = "TUNEFLEET_SESSION_HOOK"
@@ -133,6 +136,14 @@ class TuneContext:
         """The GPU ids given to this trial (as ``ray.get_gpu_ids()`` in a Ray trial)."""
         return list(self.gpu_ids)
 
+    def new_checkpoint_dir(self) -> str:
+        """A fresh empty folder inside the trial's checkpoints folder: write a checkpoint
+        there and hand it to ``tune.report(checkpoint=tune.Checkpoint.from_directory(d))``,
+        which renames it into place instead of copying it (the zero-copy path; with remote
+        storage it is a local folder, uploaded by report()). Do not modify it afterwards.
+        One that is never reported is removed when the trial ends."""
+        return _require_session("get_context").new_checkpoint_dir()
+
     def get_world_rank(self) -> int:
         return 0
 
@@ -189,6 +200,12 @@ class TrialSession:
         self._closed = False
         self._flusher: threading.Thread | None = None
         self._pid = os.getpid()
+        # A checkpoint being persisted in the background holds back the results from its
+        # own on (`_held`), so that the driver records it, and them, in order once it is.
+        self._persister = _staged.Persister()
+        self._held: list[tuple[dict[str, Any], str | None]] | None = None
+        self._persist_error: BaseException | None = None
+        self._fresh_dirs: set[str] = set()  # folders of new_checkpoint_dir()
 
     @property
     def time_total_before(self) -> float:
@@ -197,9 +214,14 @@ class TrialSession:
 
     def report(self, metrics: dict[str, Any], checkpoint: Checkpoint | None) -> None:
         now = time.perf_counter()
-        ckpt_path = None
+        ckpt_path: str | None = None
+        staged: _staged.Staged | None = None
         if checkpoint is not None:  # first: if it fails (CheckpointWriteError), nothing counts
-            ckpt_path = self.persist(checkpoint, self.iteration + 1)
+            got = self._stage(checkpoint, self.iteration + 1)
+            if isinstance(got, str):  # persisted already (remote storage, or as it is)
+                ckpt_path = got
+            else:
+                staged = got
         self.iteration += 1
         self._iterations_since_restore += 1
         # plain numbers for searchers and schedulers; the driver never unpickles a tensor
@@ -218,15 +240,25 @@ class TrialSession:
         if self._usage is not None:
             self._usage(result)
         self._last_report = now
-        if ckpt_path is not None:
+        if checkpoint is not None:
             result["checkpoint_dir_name"] = checkpoint_dir_name(self.iteration)
         with self._lock:
-            self._buffer.append((result, ckpt_path))
-            urgent = ckpt_path is not None or self._sync or len(self._buffer) >= _MAX_BATCH
-            if urgent or now - self._last_flush >= _FLUSH_EVERY_S:
-                self._flush_locked(now)
+            if staged is not None:  # sent with its checkpoint's path once it is persisted
+                self._held = [(result, None)]
+            elif self._held is not None:
+                self._held.append((result, ckpt_path))
             else:
-                self._linger.set()
+                self._buffer.append((result, ckpt_path))
+                urgent = ckpt_path is not None or self._sync or len(self._buffer) >= _MAX_BATCH
+                if urgent or now - self._last_flush >= _FLUSH_EVERY_S:
+                    self._flush_locked(now)
+                else:
+                    self._linger.set()
+        if staged is not None:
+            self._persister.start(staged, self._persisted)
+            if self._sync:  # the driver decides on this result: it must have reached it
+                self._persister.wait()
+                self._raise_persist_error()
         if self._flusher is None and not self._sync:
             self._flusher = threading.Thread(target=self._flush_loop, daemon=True)
             self._flusher.start()
@@ -240,6 +272,9 @@ class TrialSession:
         """Send an item that is not a report (a checkpoint of the last result), after
         the results before it."""
         with self._lock:
+            if self._held is not None:
+                self._held.append((item, checkpoint))
+                return
             self._buffer.append((item, checkpoint))
             self._flush_locked(time.perf_counter())
 
@@ -251,15 +286,72 @@ class TrialSession:
             raise StopTrial(pause=decision == "PAUSE")
 
     def persist(self, checkpoint: Checkpoint | str, iteration: int) -> str:
-        """Copy a checkpoint into the trial's storage as `iteration`'s; return where it is."""
-        if isinstance(checkpoint, Checkpoint):
-            return persist_checkpoint(
-                checkpoint.path,
-                self.checkpoint_home,
-                iteration,
-                source_filesystem=checkpoint.filesystem,
+        """Persist a checkpoint into the trial's storage as `iteration`'s now, after the
+        one in flight; return where it is."""
+        if isinstance(checkpoint, str):
+            checkpoint = Checkpoint(checkpoint)
+        staged = self._stage(checkpoint, iteration)
+        return staged if isinstance(staged, str) else _staged.finish(staged)
+
+    def new_checkpoint_dir(self) -> str:
+        """See `TuneContext.new_checkpoint_dir`."""
+        if is_url(self.checkpoint_home):  # uploaded by report(): any local folder will do
+            path = _staged.new_checkpoint_dir(self.context.trial_dir)
+        else:
+            path = _staged.new_checkpoint_dir(self.checkpoint_home)
+        self._fresh_dirs.add(os.path.normpath(path))
+        return path
+
+    def _stage(self, checkpoint: Checkpoint, iteration: int) -> _staged.Staged | str:
+        """Wait for the checkpoint in flight, then stage this one: hard-link (or copy) its
+        files next to their final place, or take a `new_checkpoint_dir` folder as it is.
+        A remote checkpoint or storage is persisted here and now (its path returned)."""
+        self._persister.wait()
+        self._raise_persist_error()
+        home, source = self.checkpoint_home, checkpoint.path
+        if is_url(home) or is_url(source) or checkpoint.filesystem is not None:
+            path = persist_checkpoint(
+                source, home, iteration, source_filesystem=checkpoint.filesystem
             )
-        return persist_checkpoint(checkpoint, self.checkpoint_home, iteration)
+            if os.path.normpath(source) in self._fresh_dirs:
+                self._drop_fresh(os.path.normpath(source))
+            return path
+        final = os.path.join(home, "checkpoints", checkpoint_dir_name(iteration))
+        if os.path.abspath(source) == os.path.abspath(final):
+            return final  # a restored checkpoint reported again as it is
+        zero_copy = _staged.is_zero_copy(source, home)
+        staged = _staged.stage(source, final, self._persister.linker, zero_copy=zero_copy)
+        self._fresh_dirs.discard(os.path.normpath(source))
+        return staged
+
+    def _persisted(self, path: str | None, error: BaseException | None) -> None:
+        """The background persist is done (on its thread): send what it held back."""
+        with self._lock:
+            held, self._held = self._held or [], None
+            if held:
+                held[0] = (held[0][0], path)
+            self._persist_error = error
+            self._buffer.extend(held)
+            self._flush_locked(time.perf_counter())
+
+    def _raise_persist_error(self) -> None:
+        error, self._persist_error = self._persist_error, None
+        if error is not None:
+            raise error
+
+    def settle(self) -> BaseException | None:
+        """At the trial's end: finish the checkpoint in flight (its result and those after
+        it are sent), remove unused `new_checkpoint_dir` folders; return the error of a
+        background persist that failed, if any."""
+        self._persister.wait()
+        for path in list(self._fresh_dirs):
+            self._drop_fresh(path)
+        error, self._persist_error = self._persist_error, None
+        return error
+
+    def _drop_fresh(self, path: str) -> None:
+        self._fresh_dirs.discard(path)
+        shutil.rmtree(path, ignore_errors=True)
 
     def _meets_stop_criteria(self, result: dict[str, Any]) -> bool:
         # The driver decides too; checking here makes `stop={"training_iteration": 10}` exact.
@@ -277,6 +369,7 @@ class TrialSession:
             self._flush_locked(time.perf_counter())
 
     def close(self) -> None:
+        self._persister.wait()
         self._closed = True
         self.flush()
         self._linger.set()
@@ -332,9 +425,14 @@ def report(
 
     Args:
         metrics: a dict of metric names to values, e.g. ``{"loss": 0.3}``.
-        checkpoint: a `Checkpoint` whose directory is copied into the trial's storage
-            (uploaded, with `storage_path` a URL such as s3://; report() returns
-            once the upload is complete).
+        checkpoint: a `Checkpoint` whose directory is persisted into the trial's
+            storage. Locally its files are hard-linked (copied across filesystems) and
+            hashed, fsynced and renamed into place on a background thread: the
+            checkpoint, and the results after it, reach the driver once that is done,
+            and the next checkpoint's report() waits for it. Do not modify the folder
+            after report() (you may delete it). A folder from
+            ``tune.get_context().new_checkpoint_dir()`` is renamed, not copied. With
+            `storage_path` a URL such as s3://, it is uploaded before report() returns.
         **kwargs: metrics as keywords, the older form ``tune.report(loss=0.3)``.
 
     Raises:

@@ -116,7 +116,7 @@ def test_a_vanished_source_is_a_clear_error(tmp_path: Path) -> None:
 
 
 def test_a_100mb_checkpoint_persists_and_verifies(tmp_path: Path) -> None:
-    """What it costs against a plain durable copy: benchmarks/checkpoint_cost.py."""
+    """What a checkpoint costs inside report(): benchmarks/checkpoint_cost.py."""
     src = make_source(tmp_path / "src", {"model.pt": os.urandom(100 << 20)})
     path = persist_checkpoint(src, str(tmp_path / "trial"), 1)
     assert verify_checkpoint(path) is None
@@ -547,6 +547,8 @@ def corrupts_its_newest(config: dict[str, Any]) -> None:
             tune.report({"step": step}, checkpoint=tune.Checkpoint.from_directory(d))
         if step == 2 and tune.get_context().attempt == 0:
             newest = Path(tune.get_context().trial_dir, "checkpoints", "checkpoint_000003")
+            while not (newest / MANIFEST_FILE).exists():  # persisted in the background
+                time.sleep(0.005)
             (newest / "step").write_text("9")  # bit rot after the write
             raise RuntimeError("crash after the newest checkpoint went bad")
 

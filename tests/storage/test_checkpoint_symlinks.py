@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ import pytest
 
 import tunefleet as tune
 from tunefleet.storage.checkpoint import (
+    MANIFEST_FILE,
     latest_valid,
     persist_checkpoint,
     verify_checkpoint,
@@ -152,6 +154,8 @@ def links_its_newest_out(config: dict[str, Any]) -> None:
             tune.report({"step": step}, checkpoint=tune.Checkpoint.from_directory(d))
         if step == 2 and tune.get_context().attempt == 0:
             newest = Path(tune.get_context().trial_dir, "checkpoints", "checkpoint_000003")
+            while not (newest / MANIFEST_FILE).exists():  # persisted in the background
+                time.sleep(0.005)
             (newest / "step").unlink()
             (newest / "step").symlink_to(config["outside"])  # holds "3": the same bytes
             raise RuntimeError("crash after the newest checkpoint was swapped for a link")

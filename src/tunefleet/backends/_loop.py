@@ -191,6 +191,11 @@ class TrialLoop:
                 _quietly(self._drop_instance)
             undo_limit()
             usage.stop()
+            # the checkpoint persisted in the background is sent before the trial's end
+            late = session.settle()
+            if late is not None and isinstance(outcome, TrialFinished):
+                failure = _failure_from_exception(late, launch, session)
+                outcome = TrialFailed(trial_id, epoch, failure)
             session.close()
             session_mod._set_session(None)
             sys.stdout.flush()
@@ -221,19 +226,14 @@ class TrialLoop:
                 or (done and launch.checkpoint_at_end)
             )
             checkpoint = None
-            tmp = None
-            if want:
+            if want:  # saved on the zero-copy path: report() renames the folder into place
                 self._saved_at, self._save_asked = iteration, False
-                tmp = tempfile.mkdtemp(prefix=".ckpt_", dir=launch.trial_dir)
-                _save_class_state(self._instance, tmp)
+                folder = session.new_checkpoint_dir()  # removed at the end if not reported
+                _save_class_state(self._instance, folder)
                 from tunefleet.storage.checkpoint import Checkpoint
 
-                checkpoint = Checkpoint(tmp)
-            try:
-                session.report(result, checkpoint)
-            finally:
-                if tmp:
-                    shutil.rmtree(tmp, ignore_errors=True)
+                checkpoint = Checkpoint(folder)
+            session.report(result, checkpoint)
             if done:
                 return None
             if self._save_asked:  # asked after this result (at once, when sync): saved now
