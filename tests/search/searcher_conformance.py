@@ -229,12 +229,19 @@ def bowl(config: dict[str, Any]) -> None:
 
 
 def bowl_losses(search: Searcher, num_samples: int, storage: str) -> list[float]:
-    """Tune `bowl` with `search` on the local backend; every trial's loss, in trial order."""
+    """Tune `bowl` with `search` on the local backend; every trial's loss, in trial order.
+
+    One trial at a time: each suggestion then sees every earlier result, whatever the
+    machine's load, so a seeded searcher gives the same losses on every run."""
     grid = tune.Tuner(
         bowl,
         param_space=BOWL_SPACE,
         tune_config=tune.TuneConfig(
-            metric="loss", mode="min", search_alg=search, num_samples=num_samples
+            metric="loss",
+            mode="min",
+            search_alg=search,
+            num_samples=num_samples,
+            max_concurrent_trials=1,
         ),
         run_config=tune.RunConfig(storage_path=storage, verbose=0),
     ).fit()
