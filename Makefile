@@ -68,6 +68,7 @@ bench: $(BENCH_STAMP)
 
 bench-scale: $(BENCH_STAMP)
 	$(BIN)/python benchmarks/scale.py
+	$(BIN)/python benchmarks/read_scale.py
 
 # Search efficiency: simulated (~15 min), the PBT toy (~3 min), real problems and
 # peers (~25 min; the peers need `make bench-peers`), the searchers on real problems (~63 min).

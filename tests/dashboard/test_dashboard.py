@@ -172,7 +172,7 @@ def test_experiments_list_matches_the_store(server: DashboardServer, root: Path)
 def test_experiment_view_matches_the_store_and_hides_secrets(
     server: DashboardServer, root: Path
 ) -> None:
-    status, _, raw = request(server, "/api/experiments/asha")
+    status, _, raw = request(server, "/api/experiments/asha?sort=index")
     assert status == 200 and SECRET.encode() not in raw
     view = json.loads(raw)
     with StoreReader(root / "asha") as reader:

@@ -11,12 +11,22 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from tunefleet._metrics import as_number, flatten, metric_value, objectives
 from tunefleet._redact import redact, redact_text
+from tunefleet.dashboard._curves import (
+    MAX_POINTS,
+    bests_of,
+    downsample,
+    remember,
+    stamp,
+    stream_curves,
+    trial_bests,
+)
 from tunefleet.dashboard._json import clean
 from tunefleet.dashboard._scheduler import scheduler_view
 from tunefleet.progress._text import usage_of
@@ -66,7 +76,7 @@ def experiments_list(root: Path, only: str | None = None) -> list[dict[str, Any]
 
 def _list_row(path: Path) -> dict[str, Any]:
     with StoreReader(path) as reader:
-        meta, trials, updated = reader.meta(), reader.trials(), reader.last_update()
+        meta, trials, updated = reader.meta(), reader.trials(), reader.last_write()
     goals = objectives(meta.get("metric"), meta.get("mode"))
     best = _best_trial(trials, goals)
     counts = Counter(t.status.value for t in trials)
@@ -88,31 +98,51 @@ def _list_row(path: Path) -> dict[str, Any]:
 def poll(path: Path) -> dict[str, Any]:
     """The cheap answer a page polls: has anything changed, is the experiment running."""
     with StoreReader(path) as reader:
-        status, updated = reader.meta().get("status"), reader.last_update()
+        status, updated = reader.meta().get("status"), reader.last_write()
     return {"last_update": updated, "status": shown_status(path, status)}
 
 
-def experiment_view(path: Path) -> dict[str, Any]:
-    """Everything the experiment page shows except the learning curves."""
+def experiment_view(
+    path: Path,
+    offset: int = 0,
+    limit: int | None = None,
+    sort: str | None = "index",
+    descending: bool = False,
+    state: str | None = None,
+) -> dict[str, Any]:
+    """Everything the experiment page shows except the learning curves.
+
+    Args:
+        path: the experiment directory.
+        offset, limit: the page of the trials table (None: every trial).
+        sort: the column the trials are sorted by (`SORT_KEYS` explains them); None:
+            by the first objective's last value, best first (else by index).
+        descending: sort the other way (trials without a value stay last).
+        state: only trials in this state (``RUNNING``...).
+
+    Raises:
+        ValueError: a bad offset, limit, sort or state, naming the value and the rule.
+    """
+    _check_page(offset, limit, state)
     with StoreReader(path) as reader:
         meta = reader.meta()
-        trials = reader.trials()
-        updated = reader.last_update()
+        trials = _trials(reader)
+        updated = reader.last_write()
         failed_events = reader.events(kinds="failed")
         exploits = reader.events(kinds="exploit")
         scheduler_state = reader.state("scheduler")
-        history = reader.all_results()
-    goals = objectives(meta.get("metric"), meta.get("mode"))
-    rows = [_trial_row(t, history.get(t.trial_id, []), goals) for t in trials]
-    params = sorted({k for row in rows for k in row["config"]})
-    metric_keys = sorted(
-        {
-            k
-            for row in rows
-            for k in row["metrics"]
-            if k not in _BOOKKEEPING and not k.startswith(_USAGE_PREFIX)  # own columns
-        }
-    )
+        goals = objectives(meta.get("metric"), meta.get("mode"))
+        bests = trial_bests(reader, trials, goals)
+        history = _asha_history(reader, scheduler_state)
+    params, keys = _table_keys(path, trials)
+    if sort is None:
+        first = goals[0] if goals else None
+        sort, descending = ("last:" + first[0], first[1] == "max") if first else ("index", False)
+    place = {t.trial_id: i for i, t in enumerate(trials)}  # the table's "#"
+    shown = [t for t in trials if state is None or t.status.value == state]
+    shown = _sorted(shown, sort, descending, place, bests)
+    chosen = shown[offset:] if limit is None else shown[offset : offset + limit]
+    page = [_trial_row(t, bests[t.trial_id], goals) | {"index": place[t.trial_id]} for t in chosen]
     counts = Counter(t.status.value for t in trials)
     best = _best_trial(trials, goals)
     scheduler = scheduler_view(meta, scheduler_state, trials, history, exploits)
@@ -141,11 +171,20 @@ def experiment_view(path: Path) -> dict[str, Any]:
         "objectives": [{"metric": m, "mode": d} for m, d in goals],
         "counts": {s: counts.get(s, 0) for s in STATES},
         "last_update": updated,
-        "trials": rows,
+        "trials": page,
+        "page": {
+            "offset": offset,
+            "limit": limit,
+            "sort": sort,
+            "descending": descending,
+            "state": state,
+            "matching": len(shown),
+            "total": len(trials),
+        },
         "params": params,
-        "metric_keys": metric_keys,
+        "metric_keys": keys,
         "best": best,
-        "non_finite_trials": sum(bool(row["non_finite"]) for row in rows),
+        "non_finite_trials": sum(bool(b["non_finite"]) for b in bests.values()),
         "failures": _failures(trials, failed_events),
         "scheduler": scheduler,
     }
@@ -153,50 +192,187 @@ def experiment_view(path: Path) -> dict[str, Any]:
     return cleaned
 
 
-def curves(path: Path, metric: str, trial_ids: list[str] | None) -> dict[str, Any]:
-    """``metric`` against training_iteration for the given trials (None: all)."""
+#: the trials table's sort keys: these names, or "last:M" / "best:M" (metric M of the last
+#: result / best over all results), "cfg:P" (hyperparameter P), "res:K" (resource usage K)
+SORT_KEYS = ("index", "trial_id", "status", "iteration", "note")
+_SORT_PREFIXES = ("last:", "best:", "cfg:", "res:")
+
+
+def _check_page(offset: int, limit: int | None, state: str | None) -> None:
+    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+        raise ValueError(f"offset={offset!r}: the first row of a page must be an integer >= 0")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise ValueError(f"limit={limit!r}: a page holds an integer >= 1 of trials")
+    if state is not None and state not in STATES:
+        raise ValueError(f"state={state!r}: a trial state is one of {', '.join(STATES)}")
+
+
+def _sorted(
+    trials: list[Trial],
+    sort: str,
+    descending: bool,
+    place: dict[str, int],
+    bests: dict[str, dict[str, Any]],
+) -> list[Trial]:
+    """`trials` by `sort` (numbers before text, those without a value last, then by index)."""
+    if sort not in SORT_KEYS and not sort.startswith(_SORT_PREFIXES):
+        raise ValueError(
+            f"sort={sort!r}: sort by one of {', '.join(SORT_KEYS)}, or last:METRIC, "
+            "best:METRIC, cfg:PARAM, res:KEY"
+        )
+    kind, _, name = sort.partition(":")
+
+    def value(t: Trial) -> Any:
+        if kind == "last":
+            return metric_value(t.last_result or {}, name)
+        if kind == "best":
+            return bests[t.trial_id]["best"].get(name)
+        if kind == "cfg":
+            return flatten(redact(t.config)).get(name)
+        if kind == "res":
+            return usage_of(t).get(name)
+        if kind == "note":
+            return (t.error.one_line() if t.error else None) or t.stop_reason or ""
+        if kind == "index":
+            return place[t.trial_id]
+        if kind == "status":
+            return t.status.value
+        return t.iteration if kind == "iteration" else t.trial_id
+
+    keyed = []
+    for t in trials:
+        v = value(t)
+        number = as_number(v)
+        if number is not None and math.isnan(number):
+            number = None
+        missing = v is None or (number is None and isinstance(v, float))
+        rank = (0, number, "") if number is not None else (1, 0.0, "" if v is None else str(v))
+        keyed.append((missing, rank, t))
+    present = [k for k in keyed if not k[0]]
+    present.sort(key=lambda k: k[1], reverse=descending)  # stable: ties in index order
+    return [k[2] for k in present] + [k[2] for k in keyed if k[0]]
+
+
+_keys_memo: dict[Path, dict[str, tuple[Any, list[str], list[str]]]] = {}
+_trials_memo: dict[Path, dict[str, tuple[Any, Trial]]] = {}
+_memo_lock = threading.Lock()
+
+
+def _trials(reader: StoreReader) -> list[Trial]:
+    """`reader.trials()`, decoding only the trials changed since the last view."""
+    with _memo_lock:
+        if reader.db_path not in _trials_memo and len(_trials_memo) >= 8:
+            _trials_memo.pop(next(iter(_trials_memo)))
+        known = _trials_memo.setdefault(reader.db_path, {})
+        return reader.trials_reusing(known)
+
+
+def _table_keys(path: Path, trials: list[Trial]) -> tuple[list[str], list[str]]:
+    """The hyperparameters and the metrics of the table (remembered per trial)."""
+    with _memo_lock:
+        if path.resolve() not in _keys_memo and len(_keys_memo) >= 8:
+            _keys_memo.pop(next(iter(_keys_memo)))
+        memo = _keys_memo.setdefault(path.resolve(), {})
+    params: set[str] = set()
+    keys: set[str] = set()
+    for t in trials:
+        now = (stamp(t), t.status)
+        known = memo.get(t.trial_id)
+        if known is None or known[0] != now:
+            known = (now, list(flatten(redact(t.config))), metric_keys([t]))
+            memo[t.trial_id] = known
+        params.update(known[1])
+        keys.update(known[2])
+    return sorted(params), sorted(keys)
+
+
+def _asha_history(
+    reader: StoreReader, state: dict[str, Any] | None
+) -> dict[str, list[dict[str, Any]]]:
+    """What ASHA's view matches rung scores against: each result's metric and iteration."""
+    if isinstance(state, dict) and isinstance(state.get("base"), dict):
+        state = state["base"]
+    if not isinstance(state, dict) or not ({"rungs", "records"} & state.keys()):
+        return {}
+    metric = state.get("metric")
+    if not isinstance(metric, str):
+        return {}
+    history: dict[str, list[dict[str, Any]]] = {}
+    for trial_id, (value, step) in reader.result_values([metric, "training_iteration"]):
+        history.setdefault(trial_id, []).append({metric: value, "training_iteration": step})
+    return history
+
+
+def curves(
+    path: Path, metric: str, trial_ids: list[str] | None, points: int = MAX_POINTS
+) -> dict[str, Any]:
+    """``metric`` against training_iteration for the given trials (None: all), each curve
+    downsampled to at most `points` points (`downsample`: its extremes stay)."""
+    downsample([], points)  # checks `points`
     with StoreReader(path) as reader:
         known = reader.trial_ids()
-        wanted = known if trial_ids is None else [t for t in trial_ids if t in known]
-        unknown = [] if trial_ids is None else [t for t in trial_ids if t not in known]
-        series = {tid: _points(reader.results(tid), metric) for tid in wanted}
-    cleaned: dict[str, Any] = clean({"metric": metric, "curves": series, "unknown": unknown})
+        known_set = set(known)
+        wanted = known if trial_ids is None else [t for t in trial_ids if t in known_set]
+        unknown = [] if trial_ids is None else [t for t in trial_ids if t not in known_set]
+        series: dict[str, Any] = {key: [] for key in wanted}
+        ask = None if trial_ids is None else wanted
+        for trial_id, found, _ in stream_curves(reader, [metric], points, ask):
+            series[trial_id] = found[metric]
+    cleaned: dict[str, Any] = clean({"metric": metric, "unknown": unknown})
+    cleaned["curves"] = _clean_curves({metric: series})[metric]
     return cleaned
 
 
-def all_curves(path: Path, metrics: list[str]) -> dict[str, dict[str, list[list[float]]]]:
-    """Every trial's curve of each metric in `metrics` (metric -> trial id -> points)."""
+def all_curves(
+    path: Path,
+    metrics: list[str],
+    points: int = MAX_POINTS,
+    goals: list[tuple[str, str]] | None = None,
+) -> dict[str, dict[str, list[list[float]]]]:
+    """Every trial's curve of each metric in `metrics` (metric -> trial id -> points),
+    read in one pass and downsampled to at most `points` points each. With `goals` (all
+    among `metrics`), each trial's best values are kept for `experiment_view` too."""
+    downsample([], points)
     with StoreReader(path) as reader:
-        history = reader.all_results()
-    out = {m: {tid: _points(results, m) for tid, results in history.items()} for m in metrics}
-    cleaned: dict[str, dict[str, list[list[float]]]] = clean(out)
+        trials = reader.trials() if goals else []
+        ids = reader.trial_ids()
+        out: dict[str, dict[str, list[list[float]]]] = {m: {t: [] for t in ids} for m in metrics}
+        found = {t.trial_id: bests_of({}, set(), goals or []) for t in trials}
+        for trial_id, series, bad in stream_curves(reader, metrics, points):
+            for metric in metrics:
+                out[metric][trial_id] = series[metric]
+            if goals and trial_id in found:
+                found[trial_id] = bests_of(series, bad, goals)
+        if goals:
+            remember(reader, trials, goals, found)
+    cleaned: dict[str, dict[str, list[list[float]]]] = _clean_curves(out)
     return cleaned
 
 
-def _points(results: list[dict[str, Any]], metric: str) -> list[list[float]]:
-    points = []
-    for n, result in enumerate(results, start=1):
-        value = metric_value(result, metric)
-        step = as_number(result.get("training_iteration"))
-        if value is not None and math.isfinite(value):
-            points.append([step if step is not None else float(n), value])
-    return points
+def _clean_curves(curves: dict[str, Any]) -> Any:
+    """`clean(curves)`, but only the names are looked at: the points are finite numbers."""
+    names = {m: dict.fromkeys(series, 0) for m, series in curves.items()}
+    return curves if clean(names) == names else clean(curves)
+
+
+def metric_keys(trials: list[Trial]) -> list[str]:
+    """The numeric keys of the trials' last results, bookkeeping and resources left out."""
+    keys = {
+        k
+        for t in trials
+        for k, v in flatten(t.last_result or {}).items()
+        if as_number(v) is not None
+    }
+    # bookkeeping, and the resources (the table's own columns)
+    return sorted(k for k in keys if k not in _BOOKKEEPING and not k.startswith(_USAGE_PREFIX))
 
 
 # -- trials -------------------------------------------------------------------------------------
-def _trial_row(
-    trial: Trial, results: list[dict[str, Any]], goals: list[tuple[str, str]]
-) -> dict[str, Any]:
+def _trial_row(trial: Trial, bests: dict[str, Any], goals: list[tuple[str, str]]) -> dict[str, Any]:
     last = trial.last_result or {}
     metrics = {k: v for k, v in flatten(last).items() if as_number(v) is not None}
-    best: dict[str, float | None] = {}
-    non_finite = []  # objectives this trial reported NaN or infinite (flagged on the page)
-    for metric, mode in goals:
-        values = [metric_value(r, metric) for r in results]
-        finite = [v for v in values if v is not None and math.isfinite(v)]
-        best[metric] = (max(finite) if mode == "max" else min(finite)) if finite else None
-        if len(finite) < sum(v is not None for v in values):
-            non_finite.append(metric)
+    best = {metric: bests["best"].get(metric) for metric, _ in goals}
+    non_finite = list(bests["non_finite"])  # objectives it reported NaN or inf (flagged)
     return {
         "trial_id": trial.trial_id,
         "name": trial.name,

@@ -13,13 +13,17 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tunefleet._metrics import objectives
 from tunefleet.dashboard import _data
-from tunefleet.dashboard._json import clean, to_json
+from tunefleet.dashboard._json import to_json
 from tunefleet.dashboard._server import STATIC_DIR
-from tunefleet.store import resolve_experiment
+from tunefleet.store import StoreReader, resolve_experiment
 
 #: curves beyond the objectives are embedded while the report stays about this small
 _MAX_POINTS = 200_000
+#: most points of one trial's curve in a report (fewer when there are many trials)
+REPORT_POINTS = 200
+_MIN_POINTS = 20
 _REPORT_CSP = (
     "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
     "img-src data:; base-uri 'none'; form-action 'none'"
@@ -29,24 +33,28 @@ _CLOSING = re.compile(r"</(script|style)", re.IGNORECASE)
 
 def report_data(experiment_path: Path) -> dict[str, Any]:
     """What the report embeds: the list row, the experiment view and its curves."""
-    view = _data.experiment_view(experiment_path)
-    wanted = [o["metric"] for o in view["objectives"]]
-    wanted += [k for k in view["metric_keys"] if k not in wanted]
-    curves: dict[str, Any] = {}
-    points = 0
+    with StoreReader(experiment_path) as reader:  # what to plot, before the one pass
+        meta, trials = reader.meta(), reader.trials()
+    goals = objectives(meta.get("metric"), meta.get("mode"))
+    cap = max(_MIN_POINTS, min(REPORT_POINTS, _MAX_POINTS // max(1, len(trials))))
+    per_metric = sum(min(t.num_results, cap) for t in trials)  # at most
+    wanted = [m for m, _ in goals]
+    wanted += [k for k in _data.metric_keys(trials) if k not in wanted]
+    chosen: list[str] = []
     for metric in wanted:
-        series = _data.all_curves(experiment_path, [metric])[metric]
-        size = sum(len(p) for p in series.values())
-        if curves and points + size > _MAX_POINTS:
+        if len(chosen) >= len(goals) and (len(chosen) + 1) * per_metric > _MAX_POINTS:
             break
-        curves[metric], points = series, points + size
+        chosen.append(metric)
+    # one pass over the results: the curves, and each trial's best for the table
+    curves = _data.all_curves(experiment_path, chosen, cap, goals) if chosen else {}
+    view = _data.experiment_view(experiment_path)
     rows = _data.experiments_list(experiment_path.parent, only=experiment_path.name)
     return {
         "embedded": True,
         "generated_at": time.time(),
         "experiments": rows,
         "experiment": view,
-        "curves": clean(curves),
+        "curves": curves,
     }
 
 

@@ -29,6 +29,7 @@ from typing import Any
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 from tunefleet.dashboard import _data
+from tunefleet.dashboard._curves import MAX_POINTS
 from tunefleet.dashboard._json import to_json
 
 logger = logging.getLogger("tunefleet")
@@ -37,6 +38,8 @@ STATIC_DIR = Path(__file__).with_name("static")
 STATIC_FILES = ("index.html", "app.js", "plots.js", "app.css")
 COOKIE = "tunefleet_dashboard_token"
 MIN_TOKEN_LEN = 8
+#: trials per page of the experiment view (``?limit=``)
+PAGE_SIZE = 200
 _LOOPBACK_NAMES = frozenset({"localhost", "ip6-localhost"})
 _CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -139,6 +142,21 @@ class DashboardServer(ThreadingHTTPServer):
         return thread
 
 
+def _int_arg(query: dict[str, list[str]], name: str, default: int) -> int:
+    """``?name=`` as an integer (`default` when absent).
+
+    Raises:
+        ValueError: not an integer, naming the parameter.
+    """
+    given = query.get(name)
+    if not given or given[0] == "":
+        return default
+    try:
+        return int(given[0])
+    except ValueError:
+        raise ValueError(f"?{name}={given[0]!r}: must be an integer") from None
+
+
 def _host_name(header: str) -> str:
     """The host in a Host header: ``[::1]:8080`` -> ``::1``, ``localhost:80`` -> ``localhost``."""
     if header.startswith("["):
@@ -191,6 +209,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._route(path, query)
         except FileNotFoundError as exc:
             self._send_error(HTTPStatus.NOT_FOUND, str(exc))
+        except ValueError as exc:  # a bad ?offset=, ?limit=, ?sort=...: the message names it
+            self._send_error(HTTPStatus.BAD_REQUEST, str(exc))
         except Exception as exc:  # the store changed under us, or a bug: say so, keep serving
             logger.warning("dashboard: %s failed: %s", path, exc)
             self._send_error(HTTPStatus.INTERNAL_SERVER_ERROR, f"{type(exc).__name__}: {exc}")
@@ -216,7 +236,16 @@ class _Handler(BaseHTTPRequestHandler):
             raise FileNotFoundError(f"no experiment {name!r} under the storage root ({shown})")
         path = self.server.root / name  # `name` is one of the directory's own entries
         if rest == "":
-            self._send_json(_data.experiment_view(path))
+            self._send_json(
+                _data.experiment_view(
+                    path,
+                    offset=_int_arg(query, "offset", 0),
+                    limit=_int_arg(query, "limit", PAGE_SIZE),
+                    sort=(query.get("sort") or [""])[0] or None,
+                    descending=(query.get("descending") or ["0"])[0] in ("1", "true"),
+                    state=(query.get("state") or [""])[0] or None,
+                )
+            )
         elif rest == "poll":
             self._send_json(_data.poll(path))
         elif rest == "curves":
@@ -225,7 +254,8 @@ class _Handler(BaseHTTPRequestHandler):
                 raise FileNotFoundError("curves need ?metric=NAME")
             given = query.get("trials")
             trials = [t for t in ",".join(given).split(",") if t] if given else None
-            self._send_json(_data.curves(path, metric, trials))
+            points = _int_arg(query, "points", MAX_POINTS)
+            self._send_json(_data.curves(path, metric, trials, points))
         else:
             raise FileNotFoundError(f"no endpoint {rest!r} for experiment {name!r}")
 

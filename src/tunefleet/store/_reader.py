@@ -14,13 +14,15 @@ it (trial directories, checkpoints) are mapped into its new location.
 from __future__ import annotations
 
 import difflib
+import json
 import os
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from tunefleet._metrics import MISSING, lookup
 from tunefleet._state_log import join
 from tunefleet.store._integrity import (
     CorruptStoreError,
@@ -37,6 +39,8 @@ from tunefleet.store._writer import trial_from_row
 from tunefleet.trial import Trial
 
 _TRIALS_SEGMENT = os.sep + TRIALS_DIRNAME + os.sep
+_ARROW = sqlite3.sqlite_version_info >= (3, 38, 0)  # JSON's "->" operator
+_CHUNK = 500  # ids in one "IN (...)": far below SQLite's limit on parameters
 
 
 class StoreReader:
@@ -104,11 +108,48 @@ class StoreReader:
         )
         return float(rows[0][0]) if rows and rows[0][0] is not None else None
 
+    def last_write(self) -> float | None:
+        """`last_update` without reading every result: the newest result and event rows
+        (rows are appended in time order), so a big experiment answers at once."""
+        rows = self._rows(
+            "SELECT MAX(t) FROM (SELECT MAX(updated) AS t FROM trials "
+            "UNION ALL SELECT * FROM (SELECT time FROM events ORDER BY seq DESC LIMIT 1) "
+            "UNION ALL SELECT * FROM (SELECT time FROM results ORDER BY rowid DESC LIMIT 1))"
+        )
+        return float(rows[0][0]) if rows and rows[0][0] is not None else None
+
     # -- trials ---------------------------------------------------------------------------
     def trials(self) -> list[Trial]:
         """Every trial, in index order, in its latest flushed state."""
         rows = self._rows("SELECT trial_id, data FROM trials ORDER BY idx, rowid")
         return [self._relocate(trial_from_row(self.db_path, tid, data)) for tid, data in rows]
+
+    def trials_reusing(self, known: dict[str, tuple[Any, Trial]]) -> list[Trial]:
+        """`trials`, decoding only the trials whose row changed since `known` was filled.
+
+        Args:
+            known: trial id -> (row stamp, trial), from an earlier call on the same
+                experiment (start with ``{}``); updated in place.
+        """
+        stamps = self._rows(
+            "SELECT trial_id, updated, length(data) FROM trials ORDER BY idx, rowid"
+        )
+        order = [tid for tid, *_ in stamps]
+        changed = [
+            (tid, (t, n)) for tid, t, n in stamps if tid not in known or known[tid][0] != (t, n)
+        ]
+        now = dict(changed)
+        for at in range(0, len(changed), _CHUNK):
+            chunk = [tid for tid, _ in changed[at : at + _CHUNK]]
+            marks = ", ".join("?" * len(chunk))
+            rows = self._rows(
+                f"SELECT trial_id, data FROM trials WHERE trial_id IN ({marks})", chunk
+            )
+            for tid, data in rows:
+                known[tid] = (now[tid], self._relocate(trial_from_row(self.db_path, tid, data)))
+        for gone in set(known) - set(order):
+            del known[gone]
+        return [known[tid][1] for tid in order if tid in known]
 
     def trial(self, trial_id: str) -> Trial:
         """One trial by id.
@@ -161,6 +202,56 @@ class StoreReader:
         for trial_id, data in rows:
             out.setdefault(trial_id, []).append(decode(data))
         return out
+
+    def result_values(
+        self, keys: list[str], trial_ids: list[str] | None = None
+    ) -> Iterator[tuple[str, list[Any]]]:
+        """Stream ``(trial_id, [value of each key])`` per result, by trial then as reported.
+
+        Only the `keys` are read out of each result (in SQL, with ``json_extract``), one
+        row at a time, so a million results cost no memory. A key is a result key or a
+        "/"-joined path into nested dicts, read as `tunefleet._metrics.lookup` does. A
+        number is an int or a float; a missing key or a null is None; anything else (a
+        boolean, a string, an object, a list) is its JSON text, e.g. ``"true"``. A result
+        SQLite cannot parse (one holding ``NaN`` or ``Infinity``) is decoded in Python,
+        with the same answers; so is every result when SQLite is older than 3.38.
+
+        Args:
+            keys: the keys to read.
+            trial_ids: only these trials (None: every trial).
+        """
+        # a key SQLite's JSON paths cannot spell is read in Python, from every result
+        in_sql = _ARROW and bool(keys) and not any('"' in key or "\\" in key for key in keys)
+        columns = ", ".join(_extract_sql(key) for key in keys) if in_sql else ""
+        raw = "CASE WHEN json_valid(data) THEN NULL ELSE data END, " + columns
+        select = "SELECT trial_id, " + (raw if in_sql else "data") + " FROM results"
+        if trial_ids is None:
+            yield from self._values(select + " ORDER BY trial_id, rowid", [], keys, in_sql)
+            return
+        wanted = sorted(set(trial_ids))
+        for at in range(0, len(wanted), _CHUNK):  # in id order, a bounded IN (...) each
+            chunk = wanted[at : at + _CHUNK]
+            sql = f"{select} WHERE trial_id IN ({', '.join('?' * len(chunk))})"
+            yield from self._values(sql + " ORDER BY trial_id, rowid", chunk, keys, in_sql)
+
+    def _values(
+        self, sql: str, params: list[Any], keys: list[str], in_sql: bool
+    ) -> Iterator[tuple[str, list[Any]]]:
+        try:
+            for row in self._db.execute(sql, params):
+                if in_sql and row[1] is None:
+                    yield row[0], [_from_json_text(v) for v in row[2:]]
+                else:
+                    result = decode(row[1])
+                    yield row[0], [_as_sql(lookup(result, key)) for key in keys]
+        except sqlite3.OperationalError as exc:
+            if "no such table" in str(exc):
+                return
+            if "malformed" not in str(exc) and "not a database" not in str(exc):
+                raise
+            raise corrupt(self._db, self.db_path, exc) from exc
+        except sqlite3.DatabaseError as exc:
+            raise corrupt(self._db, self.db_path, exc) from exc
 
     def checkpoints(
         self, trial_id: str, include_deleted: bool = False
@@ -267,6 +358,39 @@ class StoreReader:
         if trial.error is not None and trial.error.checkpoint:
             trial.error.checkpoint = self._move(trial.error.checkpoint)
         return trial
+
+
+def _as_sql(value: Any) -> Any:
+    """A value looked up in Python as `_extract_sql` gives it."""
+    if value is MISSING or value is None:
+        return None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return value
+    return json.dumps(value, separators=(",", ":"))
+
+
+def _from_json_text(text: str | None) -> Any:
+    """A value `_extract_sql` read (JSON text): numbers as numbers, null as None."""
+    if text is None or text == "null":
+        return None
+    if text[0] in "-0123456789":
+        return float(text) if "." in text or "e" in text or "E" in text else int(text)
+    return text
+
+
+def _extract_sql(key: str) -> str:
+    """SQL reading `key` of a valid result as `lookup` would, as JSON text (``->``)."""
+    paths = ["$." + _quoted(key)]
+    if "/" in key:  # a top-level "a/b" first, else the nested path
+        paths.append("$." + ".".join(_quoted(part) for part in key.split("/")))
+    reads = [f"data -> '{p}'" for p in paths]
+    read = reads[0] if len(reads) == 1 else f"COALESCE({', '.join(reads)})"
+    return f"CASE WHEN json_valid(data) THEN {read} END"  # else: decoded in Python
+
+
+def _quoted(part: str) -> str:
+    """One JSON path step, quoted (the key has no double quote or backslash)."""
+    return '"' + part.replace("'", "''") + '"'
 
 
 def _open_checked(path: Path) -> sqlite3.Connection:

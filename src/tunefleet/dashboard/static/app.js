@@ -53,7 +53,7 @@
     },
   } : {
     experiments: () => getJSON("/api/experiments"),
-    experiment: (name) => getJSON(base(name)),
+    experiment: (name, q) => getJSON(base(name) + (q ? "?" + q : "")),
     poll: (name) => getJSON(base(name) + "/poll"),
     curves: (name, metric, ids) => getJSON(base(name) + "/curves?metric=" +
       encodeURIComponent(metric) + "&trials=" + ids.map(encodeURIComponent).join(",")),
@@ -127,8 +127,10 @@
     try { view = await api.experiment(name); } catch (err) { fail(main, err); return; }
     if (gen !== generation) return;
     const goal = view.objectives[0] || null;
+    const pageInfo = view.page || { sort: "index", descending: false, offset: 0 };
     page = {
-      name: name, view: view, sort: { key: "index", dir: 1 }, state: "", thrMetric: goal ?
+      name: name, view: view, sort: { key: pageInfo.sort, dir: pageInfo.descending ? -1 : 1 },
+      offset: 0, state: "", thrMetric: goal ?
         goal.metric : (view.metric_keys[0] || ""), thrOp: goal && goal.mode === "max" ? ">=" :
         "<=", thrValue: "", selected: new Set(), metric: goal ? goal.metric :
         (curveMetrics(view)[0] || ""), colorKey: null,
@@ -153,6 +155,28 @@
     return view.trials.filter((t) => v(t) !== null).sort((a, b) => sign * (v(a) - v(b)));
   }
 
+  // the server sorts, filters by state and pages the trials; a report holds them all
+  function pageQuery(pg) {
+    return "offset=" + pg.offset + "&sort=" + encodeURIComponent(pg.sort.key) +
+      "&descending=" + (pg.sort.dir < 0 ? 1 : 0) + (pg.state ? "&state=" + pg.state : "");
+  }
+  async function reload(pg) {
+    if (embedded) { renderAll(pg); return; }
+    try { pg.view = await api.experiment(pg.name, pageQuery(pg)); } catch (err) {
+      document.getElementById("live-status").textContent = "update failed: " + err.message;
+      return;
+    }
+    if (page === pg) renderAll(pg);
+  }
+  function turnPage(pg, step) {
+    const p = pg.view.page;
+    if (!p || !p.limit) return;
+    const next = pg.offset + step * p.limit;
+    if (next < 0 || next >= p.matching) return;
+    pg.offset = next;
+    reload(pg);
+  }
+
   function startPolling(pg) {
     let last = pg.view.last_update, busy = false, notBefore = 0;
     timer = setInterval(async () => {
@@ -163,7 +187,7 @@
         if (p.last_update !== last || p.status !== pg.view.meta.status) {
           last = p.last_update;
           const started = Date.now();
-          pg.view = await api.experiment(pg.name);
+          pg.view = await api.experiment(pg.name, pageQuery(pg));
           // a big experiment is slow to read: wait a few times that long before the next read
           notBefore = Date.now() + 4 * (Date.now() - started);
           renderAll(pg);
@@ -180,7 +204,8 @@
     const box = (id, title, ...kids) => h("section", { class: "panel", id: id },
       h("h2", { text: title }), ...kids);
     const stateSel = h("select", { id: "state-filter", on: { change: (e) => {
-      pg.state = e.target.value; renderAll(pg); } } }, h("option", { value: "", text: "all" }),
+      pg.state = e.target.value; pg.offset = 0; reload(pg); } } },
+      h("option", { value: "", text: "all" }),
       ...STATES.map((s) => h("option", { value: s, text: s })));
     const thrMetric = h("select", { id: "threshold-metric", on: { change: (e) => {
       pg.thrMetric = e.target.value; renderAll(pg); } } });
@@ -199,7 +224,11 @@
       h("section", { class: "panel", id: "summary" }),
       box("trials", "Trials", h("div", { class: "controls" }, h("label", { text: "state" }),
         stateSel, h("label", { text: "metric" }), thrMetric, thrOp, thrValue,
-        h("span", { id: "trial-count", class: "muted" })), h("div", { class: "scroll" },
+        h("span", { id: "trial-count", class: "muted" }),
+        h("button", { id: "page-prev", type: "button", text: "\u2039 previous",
+          on: { click: () => turnPage(pg, -1) } }),
+        h("button", { id: "page-next", type: "button", text: "next \u203a",
+          on: { click: () => turnPage(pg, 1) } })), h("div", { class: "scroll" },
         h("table", { id: "trials-table" }, h("thead"), h("tbody")))),
       h("div", { class: "grid2" },
         box("curves", "Learning curves (selected trials)", h("div", { class: "controls" },
@@ -247,7 +276,7 @@
     node.append(h("h1", {}, v.name + " ", badge(m.status || "-")), h("div", { class: "facts" },
       fact("trainable", m.trainable || "-"), fact("objective", goals),
       fact("searcher", m.searcher || "-"), fact("scheduler", m.scheduler || "-"),
-      fact("trials", v.trials.length), ...STATES.filter((s) => v.counts[s]).map((s) =>
+      fact("trials", v.page ? v.page.total : v.trials.length), ...STATES.filter((s) => v.counts[s]).map((s) =>
         fact(s.toLowerCase(), v.counts[s])),
       fact("best", v.best ? v.best.metric + " = " + fmt(v.best.value) + " (" +
         v.best.trial_id + ")" : "-"), fact("started", when(m.created_at)),
@@ -274,7 +303,7 @@
   }
   function columns(pg) {
     const v = pg.view, cols = [
-      { key: "index", label: "#", get: (t) => v.trials.indexOf(t), num: true },
+      { key: "index", label: "#", get: (t) => t.index ?? v.trials.indexOf(t), num: true },
       { key: "trial_id", label: "Trial", get: (t) => t.trial_id },
       { key: "status", label: "Status", get: (t) => t.status, cell: (t) => badge(t.status) },
       { key: "iteration", label: "Iter", get: (t) => t.iteration, num: true }];
@@ -319,14 +348,17 @@
     for (const c of cols) {
       const cls = pg.sort.key === c.key ? (pg.sort.dir > 0 ? "sorted-asc" : "sorted-desc") : null;
       head.appendChild(h("th", { class: cls, "data-key": c.key, text: c.label, on: { click: () => {
-        pg.sort = { key: c.key, dir: pg.sort.key === c.key ? -pg.sort.dir : 1 }; renderTable(pg);
+        pg.sort = { key: c.key, dir: pg.sort.key === c.key ? -pg.sort.dir : 1 };
+        pg.offset = 0;
+        if (embedded) renderTable(pg); else reload(pg);
       } } }));
     }
     table.tHead.textContent = "";
     table.tHead.appendChild(head);
     const col = cols.find((c) => c.key === pg.sort.key) || cols[0];
     const missing = (x) => x === undefined || x === null;
-    const rows = filtered(pg).slice().sort((a, b) => {
+    // served: the page comes sorted by the server (over every trial); a report sorts here
+    const rows = !embedded ? filtered(pg) : filtered(pg).slice().sort((a, b) => {
       const x = col.get(a), y = col.get(b);
       if (missing(x) || missing(y)) return missing(x) === missing(y) ? 0 : (missing(x) ? 1 : -1);
       return compare(x, y) * pg.sort.dir;
@@ -350,8 +382,13 @@
       }
       body.appendChild(tr);
     }
-    document.getElementById("trial-count").textContent = rows.length + " of " +
-      pg.view.trials.length + " trials";
+    const p = pg.view.page, total = p ? p.total : pg.view.trials.length;
+    const paged = !embedded && p && p.limit && p.matching > p.limit;
+    document.getElementById("trial-count").textContent = rows.length + " of " + total +
+      " trials" + (paged ? " (rows " + (p.offset + 1) + "-" + Math.min(p.offset + p.limit,
+        p.matching) + " of " + p.matching + ", sorted over all)" : "");
+    document.getElementById("page-prev").hidden = !paged;
+    document.getElementById("page-next").hidden = !paged;
   }
 
   // -- plots ------------------------------------------------------------------------------------
