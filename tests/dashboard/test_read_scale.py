@@ -200,9 +200,13 @@ def test_result_values_reads_nested_keys_and_results_holding_nan(tmp_path: Path)
     with StoreReader(tmp_path / "exp") as reader:
         rows = list(reader.result_values(["loss", "v/x", "ok", "training_iteration"]))
         quoted = [v for _, v in reader.result_values(["loss", 'q"k'], ["a", "b"])]
+        ranges = reader.result_ranges(["loss", "v/x", "ok"])
+        assert reader.result_ranges(['q"k']) is None  # not for SQL: read with result_values
     assert [r[0] for r in rows] == ["a"] * 4
     assert rows[0][1] == [1, 2.5, "true", 1]
     assert rows[1][1][1:] == [3, "false", 2] and math.isnan(rows[1][1][0])
     assert rows[2][1] == [0.5, 4, '"yes"', 3]
     assert rows[3][1] == [None, None, None, 4]
     assert quoted[0] == [1, None] and quoted[2] == [0.5, None] and quoted[3] == [None, 7]
+    # the result holding NaN is left to Python; over the others: 0.5-1, 2.5-4, no number
+    assert ranges == {"a": (1, [(0.5, 1), (2.5, 4), (None, None)])}

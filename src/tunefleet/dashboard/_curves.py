@@ -108,12 +108,20 @@ def trial_bests(
     stale = [tid for tid, now in stamps.items() if tid not in known or known[tid][0] != now]
     if stale:
         fresh = {tid: bests_of({}, set(), goals) for tid in stale}
-        wanted = None if len(stale) > len(trials) // 2 else stale
-        for trial_id, series, bad in stream_curves(reader, [m for m, _ in goals], 4, wanted):
+        metrics = [m for m, _ in goals]
+        ranges = reader.result_ranges(metrics) if len(stale) > len(trials) // 2 else None
+        if ranges is not None:  # most trials: one aggregate query in SQLite
+            for tid in stale:
+                unreadable, pairs = ranges.get(tid, (0, []))
+                if not unreadable and pairs:
+                    fresh[tid] = _bests_of_ranges(pairs, goals)
+            stale = [tid for tid in stale if ranges.get(tid, (0, []))[0]]  # NaN, inf: Python
+        wanted = None if ranges is None and len(stale) > len(trials) // 2 else stale
+        for trial_id, series, bad in stream_curves(reader, metrics, 4, wanted):
             if trial_id in fresh:
                 fresh[trial_id] = bests_of(series, bad, goals)
         remember(reader, trials, goals, fresh)
-        known.update({tid: (stamps[tid], fresh[tid]) for tid in stale})
+        known.update({tid: (stamps[tid], entry) for tid, entry in fresh.items()})
     return {t.trial_id: known[t.trial_id][1] for t in trials}
 
 
@@ -126,6 +134,17 @@ def bests_of(
         ys = [p[1] for p in series.get(metric, [])]
         best[metric] = (max(ys) if mode == "max" else min(ys)) if ys else None
     return {"best": best, "non_finite": [m for m, _ in goals if m in bad]}
+
+
+def _bests_of_ranges(
+    pairs: list[tuple[float | None, float | None]], goals: list[tuple[str, str]]
+) -> dict[str, Any]:
+    """`bests_of` from each objective's lowest and highest value (all finite)."""
+    best: dict[str, float | None] = {}
+    for (low, high), (metric, mode) in zip(pairs, goals, strict=True):
+        value = high if mode == "max" else low
+        best[metric] = None if value is None else float(value)
+    return {"best": best, "non_finite": []}
 
 
 def remember(

@@ -203,6 +203,32 @@ class StoreReader:
             out.setdefault(trial_id, []).append(decode(data))
         return out
 
+    def result_ranges(
+        self, keys: list[str]
+    ) -> dict[str, tuple[int, list[tuple[float | None, float | None]]]] | None:
+        """Per trial, in one aggregate query: how many of its results SQLite cannot parse
+        (holding ``NaN`` or ``Infinity``: read those with `result_values`) and, over the
+        others, the lowest and highest number under each of `keys` (None: no number).
+
+        Returns None when SQLite is older than 3.38 or a key has a double quote or a
+        backslash: then use `result_values`.
+        """
+        if not _ARROW or any('"' in key or "\\" in key for key in keys):
+            return None
+        reads = [_number_sql(key) for key in keys]
+        inner = ", ".join(f"{r} AS v{i}" for i, r in enumerate(reads))
+        outer = ", ".join(f"MIN(v{i}), MAX(v{i})" for i in range(len(keys)))
+        sql = (
+            f"SELECT trial_id, SUM(bad){', ' + outer if keys else ''} FROM "
+            f"(SELECT trial_id, NOT json_valid(data) AS bad{', ' + inner if keys else ''} "
+            "FROM results) GROUP BY trial_id"
+        )
+        out: dict[str, tuple[int, list[tuple[float | None, float | None]]]] = {}
+        for row in self._rows(sql):
+            pairs = [(row[2 + 2 * i], row[3 + 2 * i]) for i in range(len(keys))]
+            out[row[0]] = (int(row[1] or 0), pairs)
+        return out
+
     def result_values(
         self, keys: list[str], trial_ids: list[str] | None = None
     ) -> Iterator[tuple[str, list[Any]]]:
@@ -386,6 +412,23 @@ def _extract_sql(key: str) -> str:
     reads = [f"data -> '{p}'" for p in paths]
     read = reads[0] if len(reads) == 1 else f"COALESCE({', '.join(reads)})"
     return f"CASE WHEN json_valid(data) THEN {read} END"  # else: decoded in Python
+
+
+def _number_sql(key: str) -> str:
+    """SQL for `key` of a valid result when it is a number (as `lookup` reads it), else NULL."""
+    first = "$." + _quoted(key)
+
+    def number(path: str) -> str:
+        return (
+            f"CASE json_type(data, '{path}') WHEN 'integer' THEN json_extract(data, '{path}') "
+            f"WHEN 'real' THEN json_extract(data, '{path}') END"
+        )
+
+    read = number(first)
+    if "/" in key:  # a top-level "a/b" if there is one, else the nested path
+        nested = "$." + ".".join(_quoted(part) for part in key.split("/"))
+        read = f"CASE WHEN json_type(data, '{first}') IS NULL THEN {number(nested)} ELSE {read} END"
+    return f"CASE WHEN json_valid(data) THEN {read} END"
 
 
 def _quoted(part: str) -> str:
