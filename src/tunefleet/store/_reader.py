@@ -14,7 +14,6 @@ it (trial directories, checkpoints) are mapped into its new location.
 from __future__ import annotations
 
 import difflib
-import json
 import os
 import sqlite3
 from collections.abc import Iterable, Iterator
@@ -22,7 +21,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from tunefleet._metrics import MISSING, lookup
+from tunefleet._metrics import lookup
 from tunefleet._state_log import join
 from tunefleet.store._integrity import (
     CorruptStoreError,
@@ -32,6 +31,7 @@ from tunefleet.store._integrity import (
     has_log,
     open_immutable,
 )
+from tunefleet.store._json_sql import as_sql, extract_sql, from_json_text, number_sql
 from tunefleet.store._log_rows import read_log
 from tunefleet.store._schema import DB_FILENAME, TRIALS_DIRNAME, db_path, decode
 from tunefleet.store._schema import default_storage_path as _default_storage
@@ -215,7 +215,7 @@ class StoreReader:
         """
         if not _ARROW or any('"' in key or "\\" in key for key in keys):
             return None
-        reads = [_number_sql(key) for key in keys]
+        reads = [number_sql(key) for key in keys]
         inner = ", ".join(f"{r} AS v{i}" for i, r in enumerate(reads))
         outer = ", ".join(f"MIN(v{i}), MAX(v{i})" for i in range(len(keys)))
         sql = (
@@ -248,7 +248,7 @@ class StoreReader:
         """
         # a key SQLite's JSON paths cannot spell is read in Python, from every result
         in_sql = _ARROW and bool(keys) and not any('"' in key or "\\" in key for key in keys)
-        columns = ", ".join(_extract_sql(key) for key in keys) if in_sql else ""
+        columns = ", ".join(extract_sql(key) for key in keys) if in_sql else ""
         raw = "CASE WHEN json_valid(data) THEN NULL ELSE data END, " + columns
         select = "SELECT trial_id, " + (raw if in_sql else "data") + " FROM results"
         if trial_ids is None:
@@ -266,10 +266,10 @@ class StoreReader:
         try:
             for row in self._db.execute(sql, params):
                 if in_sql and row[1] is None:
-                    yield row[0], [_from_json_text(v) for v in row[2:]]
+                    yield row[0], [from_json_text(v) for v in row[2:]]
                 else:
                     result = decode(row[1])
-                    yield row[0], [_as_sql(lookup(result, key)) for key in keys]
+                    yield row[0], [as_sql(lookup(result, key)) for key in keys]
         except sqlite3.OperationalError as exc:
             if "no such table" in str(exc):
                 return
@@ -384,56 +384,6 @@ class StoreReader:
         if trial.error is not None and trial.error.checkpoint:
             trial.error.checkpoint = self._move(trial.error.checkpoint)
         return trial
-
-
-def _as_sql(value: Any) -> Any:
-    """A value looked up in Python as `_extract_sql` gives it."""
-    if value is MISSING or value is None:
-        return None
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return value
-    return json.dumps(value, separators=(",", ":"))
-
-
-def _from_json_text(text: str | None) -> Any:
-    """A value `_extract_sql` read (JSON text): numbers as numbers, null as None."""
-    if text is None or text == "null":
-        return None
-    if text[0] in "-0123456789":
-        return float(text) if "." in text or "e" in text or "E" in text else int(text)
-    return text
-
-
-def _extract_sql(key: str) -> str:
-    """SQL reading `key` of a valid result as `lookup` would, as JSON text (``->``)."""
-    paths = ["$." + _quoted(key)]
-    if "/" in key:  # a top-level "a/b" first, else the nested path
-        paths.append("$." + ".".join(_quoted(part) for part in key.split("/")))
-    reads = [f"data -> '{p}'" for p in paths]
-    read = reads[0] if len(reads) == 1 else f"COALESCE({', '.join(reads)})"
-    return f"CASE WHEN json_valid(data) THEN {read} END"  # else: decoded in Python
-
-
-def _number_sql(key: str) -> str:
-    """SQL for `key` of a valid result when it is a number (as `lookup` reads it), else NULL."""
-    first = "$." + _quoted(key)
-
-    def number(path: str) -> str:
-        return (
-            f"CASE json_type(data, '{path}') WHEN 'integer' THEN json_extract(data, '{path}') "
-            f"WHEN 'real' THEN json_extract(data, '{path}') END"
-        )
-
-    read = number(first)
-    if "/" in key:  # a top-level "a/b" if there is one, else the nested path
-        nested = "$." + ".".join(_quoted(part) for part in key.split("/"))
-        read = f"CASE WHEN json_type(data, '{first}') IS NULL THEN {number(nested)} ELSE {read} END"
-    return f"CASE WHEN json_valid(data) THEN {read} END"
-
-
-def _quoted(part: str) -> str:
-    """One JSON path step, quoted (the key has no double quote or backslash)."""
-    return '"' + part.replace("'", "''") + '"'
 
 
 def _open_checked(path: Path) -> sqlite3.Connection:
