@@ -24,6 +24,10 @@ _UNITS = {
     "tib": 1024**4,
 }
 
+# {"gpu": "auto"} is normalized to {"gpu": 1.0, GPU_AUTO: 1.0}: a whole GPU until the
+# backend has measured a trial's GPU memory, then its share (backends/_gpu_auto.py).
+GPU_AUTO = "gpu_auto"
+
 
 def parse_memory(value: Any, key: str = "memory") -> float:
     """Bytes from an int/float or a string such as "2GB", "512MiB"."""
@@ -47,8 +51,13 @@ def parse_memory(value: Any, key: str = "memory") -> float:
     return number
 
 
-def normalize_resources(spec: Any, where: str = "resources") -> dict[str, float]:
-    """Validate a resource request such as {"cpu": 1, "gpu": 0.5, "memory": "2GB"}."""
+def normalize_resources(
+    spec: Any, where: str = "resources", gpu_auto: bool = False
+) -> dict[str, float]:
+    """Validate a resource request such as {"cpu": 1, "gpu": 0.5, "memory": "2GB"}.
+
+    `gpu_auto`: a trial's request, which may say ``"gpu": "auto"`` (`GPU_AUTO`).
+    """
     if not isinstance(spec, dict):
         raise TypeError(f"{where} must be a dict such as {{'cpu': 1, 'gpu': 0}}, not {spec!r}")
     out: dict[str, float] = {"cpu": 1.0, "gpu": 0.0}
@@ -66,6 +75,14 @@ def normalize_resources(spec: Any, where: str = "resources") -> dict[str, float]
         if name == "memory":
             out[name] = parse_memory(value, f"{where}[{key!r}]")
             continue
+        if name == GPU_AUTO:
+            raise ValueError(
+                f"{where}[{key!r}]: the resource name {GPU_AUTO!r} is tunefleet's own (what "
+                "'gpu': 'auto' becomes); give a custom resource another name"
+            )
+        if isinstance(value, str) and value.strip().lower() == "auto":
+            out.update(_auto(name, key, value, where, gpu_auto))
+            continue
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ValueError(f"{where}[{key!r}]={value!r} must be a number")
         amount = float(value)
@@ -78,6 +95,21 @@ def normalize_resources(spec: Any, where: str = "resources") -> dict[str, float]
             )
         out[name] = amount
     return out
+
+
+def _auto(name: str, key: str, value: str, where: str, allowed: bool) -> dict[str, float]:
+    if name != "gpu":
+        raise ValueError(
+            f"{where}[{key!r}]={value!r}: only 'gpu' may be 'auto' (the GPU share measured "
+            f"from the first trial's GPU memory); give {key!r} a number"
+        )
+    if not allowed:
+        raise ValueError(
+            f"{where}[{key!r}]={value!r}: 'auto' is for what each trial asks for "
+            "(tune.with_resources(train, {'gpu': 'auto'}) or resources_per_trial), as one "
+            "dict of resources; give a number here"
+        )
+    return {"gpu": 1.0, GPU_AUTO: 1.0}
 
 
 STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
@@ -192,7 +224,9 @@ class PlacementGroupFactory:
     @classmethod
     def of(cls, resources: Mapping[str, float]) -> PlacementGroupFactory:
         """One bundle of a normalized request such as ``{"cpu": 2.0, "gpu": 0.0}``."""
-        bundle = {_RAY_NAMES.get(k, k): float(v) for k, v in resources.items() if v}
+        bundle = {
+            _RAY_NAMES.get(k, k): float(v) for k, v in resources.items() if v and k != GPU_AUTO
+        }
         if bundle:
             return cls([bundle])
         nothing = cls.__new__(cls)  # a trial that asked for nothing (Ray refuses to build it)

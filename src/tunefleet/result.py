@@ -41,6 +41,7 @@ RESOURCES = "resources"
 RESOURCES_CPU_PERCENT = "cpu_percent"  # the process tree's CPU since the last report (top's %)
 RESOURCES_PEAK_RSS_MB = "peak_rss_mb"  # the tree's peak RSS in this attempt, MiB
 RESOURCES_GPU_PEAK_MB = "gpu_peak_mb"  # torch's peak allocated GPU memory, when CUDA is on
+RESOURCES_GPU_TOTAL_MB = "gpu_total_mb"  # that GPU's memory (with gpu_peak_mb)
 RESOURCES_MEMORY_LIMIT_MB = "memory_limit_mb"  # the trial's resources["memory"], if any
 
 # The keys a result gets filled in without the trainable reporting them, as Ray Tune's

@@ -304,7 +304,8 @@ def with_resources(
         _check_trainable(trainable, "tune.with_resources")
         return _WithResources(trainable, {"cpu": 1.0, "gpu": 0.0}, per_config=resources)
     _check_trainable(trainable, "tune.with_resources")
-    return _WithResources(trainable, normalize_resources(resources, "with_resources(resources)"))
+    given = normalize_resources(resources, "with_resources(resources)", gpu_auto=True)
+    return _WithResources(trainable, given)
 
 
 def with_parameters(trainable: TrainableLike, **params: Any) -> Any:

@@ -153,6 +153,12 @@ class Backend(ABC):
         trainable does not load in a worker); None while there is none."""
         return None
 
+    def free_retry(self, trial_id: str, failure: FailureRecord) -> bool:
+        """True if the backend has fixed what made the trial fail (a GPU_OOM of a
+        ``gpu="auto"`` trial, now given a larger share): its retry is not counted against
+        ``FailureConfig.max_failures``. Asked once per failure."""
+        return False
+
     @property
     def elastic(self) -> bool:
         """Whether what fits changes by itself (a cluster that grows and shrinks): then

@@ -105,6 +105,24 @@ def gpu_peak_memory() -> int | None:
         return None
 
 
+def gpu_memory() -> tuple[int, int] | None:
+    """(peak allocated by torch, the device's total memory) of the visible GPU with the
+    largest peak, if torch's CUDA is initialised."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    try:
+        if not torch.cuda.is_initialized():
+            return None
+        peaks = [
+            (int(torch.cuda.max_memory_allocated(d)), d) for d in range(torch.cuda.device_count())
+        ]
+        peak, device = max(peaks)
+        return peak, int(torch.cuda.get_device_properties(device).total_memory)
+    except Exception:
+        return None
+
+
 def memory_failure(exc: BaseException, record: FailureRecord) -> None:
     """Turn `record` of an exception into OOM or GPU_OOM when it is one (worker side)."""
     if is_gpu_oom(exc):

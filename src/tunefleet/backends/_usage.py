@@ -21,6 +21,7 @@ from tunefleet.result import (
     RESOURCES,
     RESOURCES_CPU_PERCENT,
     RESOURCES_GPU_PEAK_MB,
+    RESOURCES_GPU_TOTAL_MB,
     RESOURCES_MEMORY_LIMIT_MB,
     RESOURCES_PEAK_RSS_MB,
 )
@@ -154,9 +155,10 @@ class UsageSampler:
             RESOURCES_CPU_PERCENT: round(max(percent, 0.0), 1),
             RESOURCES_PEAK_RSS_MB: round(peak / _MB, 1) if peak else None,
         }
-        gpu = _trial_memory.gpu_peak_memory()
+        gpu = _trial_memory.gpu_memory()
         if gpu is not None:
-            usage[RESOURCES_GPU_PEAK_MB] = round(gpu / _MB, 1)
+            usage[RESOURCES_GPU_PEAK_MB] = round(gpu[0] / _MB, 1)
+            usage[RESOURCES_GPU_TOTAL_MB] = round(gpu[1] / _MB, 1)
         if self._limit:
             usage[RESOURCES_MEMORY_LIMIT_MB] = round(self._limit / _MB, 1)
         return usage

@@ -101,7 +101,7 @@ class Controller:
         self._endings = util.Endings(searcher, scheduler, self._filter.clean)  # once per trial
         self._restore_from: dict[str, str] = {}  # exploited trials: resume from this copy
         self._held_back: Trial | None = None  # chosen, waits until its resources are free
-        self._retries = Retries(spec.max_failures, spec.node_loss_counts, spec.retry_base)
+        self._retries = Retries.of(spec, backend)
         self._total = total_trials(searcher, spec.num_samples)  # what the live view shows
         cluster = Cluster(backend.capacity(), self.running, spec.resources, self.trial_list)
         scheduler.set_cluster(cluster)

@@ -15,12 +15,16 @@ from __future__ import annotations
 import copy
 import logging
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tunefleet.resources import normalize_resources
 from tunefleet.schedulers._base import Decision, Exploit, Resize, TrialScheduler
 from tunefleet.stoppers import Stopper
 from tunefleet.trial import FailureKind, FailureRecord, StopCause, Trial
+
+if TYPE_CHECKING:
+    from tunefleet.backends import Backend
+    from tunefleet.engine.experiment_spec import ExperimentSpec
 
 logger = logging.getLogger("tunefleet")
 
@@ -170,18 +174,32 @@ class Retries:
     """Whether a failed trial runs again under `FailureConfig.max_failures` (-1: always).
 
     Attempts used before a resume that granted new ones (`retry_base`) do not count;
-    nor does a lost node unless `node_loss_counts`.
+    nor does a lost node unless `node_loss_counts`, nor a failure the backend has fixed
+    (`backend_fixed`, the backend's `free_retry`: a ``gpu="auto"`` GPU_OOM).
     """
 
-    def __init__(self, max_failures: int, node_loss_counts: bool, retry_base: dict[str, int]):
+    def __init__(
+        self,
+        max_failures: int,
+        node_loss_counts: bool,
+        retry_base: dict[str, int],
+        backend_fixed: Callable[[str, FailureRecord], bool] = lambda _t, _f: False,
+    ):
         self._limit = max_failures
         self._node_loss_counts = node_loss_counts
         self._base = retry_base
-        self._free: dict[str, int] = {}  # NODE_LOST attempts not counted as failures
+        self._backend_fixed = backend_fixed  # the backend's `free_retry`
+        self._free: dict[str, int] = {}  # attempts not counted as failures (NODE_LOST, ...)
+
+    @classmethod
+    def of(cls, spec: ExperimentSpec, backend: Backend) -> Retries:
+        """The experiment's `FailureConfig`, with the backend's `free_retry`."""
+        return cls(spec.max_failures, spec.node_loss_counts, spec.retry_base, backend.free_retry)
 
     def allow(self, trial: Trial, failure: FailureRecord) -> bool:
         trial_id = trial.trial_id
-        if failure.kind is FailureKind.NODE_LOST and not self._node_loss_counts:
+        lost = failure.kind is FailureKind.NODE_LOST and not self._node_loss_counts
+        if lost or self._backend_fixed(trial_id, failure):
             self._free[trial_id] = self._free.get(trial_id, 0) + 1
         used = trial.attempt - self._base.get(trial_id, 0) - self._free.get(trial_id, 0)
         return self._limit == -1 or used < self._limit

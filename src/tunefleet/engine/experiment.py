@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from tunefleet._version import __version__
 from tunefleet.backends import Backend
+from tunefleet.backends._gpu_auto import smallest_share
 from tunefleet.backends.local import LocalBackend
 from tunefleet.config import RunConfig, TuneConfig, chdir_to_trial_dir, trial_log_files
 from tunefleet.engine.commit import restore_callback_states
@@ -424,6 +425,7 @@ def _max_concurrent(
     if backend.elastic or resources is None:
         return tune_config.max_concurrent_trials or sys.maxsize
     capacity = backend.capacity()
+    resources = smallest_share(resources)  # gpu="auto": as many as 1/MAX_PER_GPU lets
     fits = math.inf
     for name, amount in resources.items():
         if amount > 0:

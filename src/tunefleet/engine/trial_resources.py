@@ -99,7 +99,7 @@ class TrialResources:
             return given.totals(), given
         if isinstance(given, dict):
             try:
-                return normalize_resources(given, "resources"), None
+                return normalize_resources(given, "resources", gpu_auto=True), None
             except (TypeError, ValueError) as exc:
                 raise ValueError(f"{who} returned {given!r}: {exc}") from exc
         raise TypeError(

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
@@ -36,6 +36,7 @@ from tunefleet.backends._protocol import (
     ToWorker,
     TrialFailed,
     TrialFinished,
+    TrialMessage,
     TrialResults,
     WorkerSetup,
     send,
@@ -163,13 +164,14 @@ class LocalBackend(PoolBackend[_Process]):
             )
             self._unsent.append(Failed(launch.trial_id, launch.epoch, failure))
             return
-        gpus = tuple(self._pool.allocate(launch.resources))
+        gpus = tuple(self._pool.allocate(launch.resources, launch.trial_id))
         worker = self._idle_worker(gpus) or self._spawn(gpus)
         worker.held = launch.resources
         worker.memory_failure = None
         self._assign(worker, launch, running=worker.ready)  # else its clocks start at Ready
         rlimit_as = self._memory.start(worker.pid, launch.trial_id, launch.resources)
-        self._send(worker, Start(launch, gpus, rlimit_as))
+        shown = replace(launch, resources=self._pool.held(launch.trial_id, launch.resources))
+        self._send(worker, Start(shown, gpus, rlimit_as))  # gpu="auto": the trial's share
 
     def running_pids(self) -> dict[str, int]:
         """trial_id -> pid of the worker running it (the trial's process group id)."""
@@ -208,6 +210,15 @@ class LocalBackend(PoolBackend[_Process]):
         elif isinstance(msg, SetupFailed):
             self._fatal = msg.failure
 
+    def _on_trial_message(self, worker: _Process, msg: TrialMessage, events: list[Event]) -> None:
+        launch = worker.launch
+        if launch is not None and (launch.trial_id, launch.epoch) == (msg.trial_id, msg.epoch):
+            self._pool.on_message(msg)  # gpu="auto": its GPU memory, or its GPU_OOM
+        super()._on_trial_message(worker, msg, events)
+
+    def free_retry(self, trial_id: str, failure: FailureRecord) -> bool:
+        return self._pool.free_retry(trial_id)
+
     def _enforce_start_timeout(self, events: list[Event]) -> None:
         """Kill each worker not ready `worker_start_timeout_s` after it was started, and fail
         the trial waiting on it (a stopped or retired one is reported at its death)."""
@@ -236,7 +247,7 @@ class LocalBackend(PoolBackend[_Process]):
         self._memory.end(worker.pid)
         worker.memory_failure = None
         if worker.launch is not None:
-            self._pool.release(worker.held, list(worker.gpus))
+            self._pool.release(worker.held, list(worker.gpus), worker.launch.trial_id)
         worker.held = {}
 
     def _on_death(self, worker: _Process, events: list[Event]) -> None:

@@ -45,7 +45,7 @@ from tunefleet.backends.ray._cluster import (
     shape_of,
     why,
 )
-from tunefleet.resources import PlacementGroupFactory
+from tunefleet.resources import GPU_AUTO, PlacementGroupFactory
 from tunefleet.trainable import placement_of
 from tunefleet.trial import FailureKind, FailureRecord
 
@@ -150,6 +150,14 @@ class RayBackend(PoolBackend[_Actor]):
                 for key, value in actor.resources.items():
                     held[key] = held.get(key, 0.0) + value
         return held
+
+    def unfit_reason(self, resources: dict[str, float]) -> str | None:
+        if GPU_AUTO in resources:
+            return (
+                "asks for gpu='auto', which only the local backend supports for now; give "
+                "the Ray backend a share of a GPU as a number, e.g. {'gpu': 0.25}"
+            )
+        return None
 
     def can_start(self, resources: dict[str, float]) -> bool:
         shape = shape_of(resources)
