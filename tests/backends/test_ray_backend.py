@@ -4,7 +4,6 @@ crashes, stops, and the configuration's errors."""
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Iterator
 
 import psutil
@@ -127,14 +126,14 @@ def test_a_stop_condition_ends_the_trial_on_time(local_ray: None, storage: str) 
 
 def test_a_trial_that_ignores_stop_is_killed(local_ray: None, storage: str) -> None:
     """It sleeps without reporting past the time budget: asked to stop, then ray.kill."""
-    started = time.monotonic()
     grid = tune.Tuner(
         where,
         param_space={"x": 1, "iterations": 2, "sleep": 60.0},
         tune_config=tune.TuneConfig(time_budget_s=1.0),
         run_config=tune.RunConfig(storage_path=storage, backend="ray", verbose=0),
     ).fit()
-    assert time.monotonic() - started < 30, "killed after the stop grace period (5 s)"
+    # killed after the stop grace period (5 s): it never woke up to report (60 s)
+    assert not grid[0].metrics
     assert grid[0].error is None  # stopped on purpose: TERMINATED, not a failure
 
 

@@ -38,16 +38,16 @@ def histories(results: tune.ResultGrid) -> dict[str, list[dict[Hashable, Any]]]:
 
 
 def test_two_weeks_of_tuning_in_seconds(tmp_path: Any) -> None:
-    sim = SimulatedTrainable(curve, cost=60.0, max_budget=100, workers=4)
-    started = time.perf_counter()
+    # overhead_scale=0: the virtual clock is exact whatever the machine's load (how fast
+    # it runs in real time is a benchmark's figure: benchmarks/scale.py)
+    sim = SimulatedTrainable(curve, cost=60.0, max_budget=100, workers=4, overhead_scale=0)
     results = fit(tmp_path, sim, num_samples=200)
-    assert time.perf_counter() - started < 10.0
     assert len(results) == 200 and not results.errors
     df = results.get_dataframe()
     assert (df["training_iteration"] == 100).all()
     assert df["time_total_s"].min() == pytest.approx(6000.0)
-    # 200 x 100 x 60 s on 4 workers; the driver's real time only delays trial starts
-    assert 300_000.0 <= df["timestamp"].max() < 300_000.0 + 60.0
+    # 200 x 100 x 60 s on 4 workers
+    assert df["timestamp"].max() == pytest.approx(300_000.0, abs=1.0)
     best = results.get_best_result()
     assert abs(best.config["x"] - 0.3) < 0.05
     assert all(r.status == "TERMINATED" for r in results)
@@ -65,10 +65,8 @@ def test_stop_dict_and_metric_stop(tmp_path: Any) -> None:
 
 
 def test_time_budget_is_virtual(tmp_path: Any) -> None:
-    sim = SimulatedTrainable(curve, cost=60.0, max_budget=1000, workers=2)
-    started = time.perf_counter()
-    results = fit(tmp_path, sim, num_samples=10, time_budget_s=3600.0)
-    assert time.perf_counter() - started < 5.0  # an hour of virtual time
+    sim = SimulatedTrainable(curve, cost=60.0, max_budget=1000, workers=2, overhead_scale=0)
+    results = fit(tmp_path, sim, num_samples=10, time_budget_s=3600.0)  # a virtual hour
     df = results.get_dataframe()
     assert df["timestamp"].max() <= 3600.0 + 1.0
     ran = [r for r in results if r.metrics]  # {} when the trial reported nothing

@@ -115,22 +115,22 @@ def spawn_and_hang(config: dict[str, Any]) -> None:
 def test_stop_kills_the_whole_process_group(storage: str, tmp_path: Path) -> None:
     pids_dir = tmp_path / "pids"
     pids_dir.mkdir()
-    started = time.monotonic()
     grid = tune.Tuner(
         spawn_and_hang,
         param_space={"pids": str(pids_dir)},
         tune_config=tune.TuneConfig(time_budget_s=2),
         run_config=tune.RunConfig(storage_path=storage, verbose=0),
     ).fit()
-    elapsed = time.monotonic() - started
     (result,) = list(grid)
     assert result.error is None  # stopped on purpose by the budget: TERMINATED
     assert grid.num_terminated == 1
-    time.sleep(0.5)
     pids = [int(p) for p in os.listdir(pids_dir)]
     assert len(pids) == 3
+    # SIGKILLed with their group; the kernel reaps the orphans a moment later
+    deadline = time.monotonic() + 30
+    while [p for p in pids if pid_alive(p)] and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert not [p for p in pids if pid_alive(p)]
-    assert elapsed < 30
 
 
 def test_fail_fast_keeps_other_trials_true_states(storage: str) -> None:

@@ -323,11 +323,9 @@ def test_an_open_reader_does_not_block_the_writer(exp: Path) -> None:
     store.flush()
     reader = StoreReader(exp)
     assert len(reader.trials()) == 1
-    start = time.perf_counter()
-    for i in range(1, 6):
+    for i in range(1, 6):  # a blocked writer would raise "database is locked" here
         store.add_result("t0000", result(i, loss=1.0))
         store.flush()
-    assert time.perf_counter() - start < 5.0
     assert len(reader.results("t0000")) == 5
     reader.close()
     store.close()
