@@ -100,10 +100,17 @@ def server(finished: Path) -> Iterator[DashboardServer]:
 
 
 def wait_for(browser: Any, what: str, check: Callable[[], Any], timeout: float = 30.0) -> Any:
+    """Wait until `check()` is truthy. The page re-renders as data arrives, so an element
+    found a moment ago may be gone (stale) or not drawn yet (an empty list): both mean
+    "not yet", and the check runs again."""
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.support.ui import WebDriverWait
 
+    not_yet = (StaleElementReferenceException, IndexError, ValueError)
     try:
-        return WebDriverWait(browser, timeout, poll_frequency=0.1).until(lambda _: check())
+        return WebDriverWait(
+            browser, timeout, poll_frequency=0.1, ignored_exceptions=not_yet
+        ).until(lambda _: check())
     except Exception as exc:
         logs = browser.get_log("browser")
         raise AssertionError(f"timed out waiting for {what}; browser log: {logs}") from exc
@@ -176,9 +183,13 @@ def test_pages_render_and_match_the_store(
 
     # sorting by a column, then filtering by state and by a metric threshold
     header = next(h for h in css(driver, "#trials-table th") if h.text == "best loss")
-    header.click()
-    shown = [float(r[6]) for r in table_rows(driver).values() if r[6] != "-"]
-    assert shown == sorted(shown)
+    header.click()  # the server sorts: the rows are redrawn when its page arrives
+
+    def sorted_by_best_loss() -> bool:
+        shown = [float(r[6]) for r in table_rows(driver).values() if r[6] != "-"]
+        return bool(shown) and shown == sorted(shown)
+
+    wait_for(driver, "the rows sorted by best loss", sorted_by_best_loss)
     from selenium.webdriver.support.ui import Select
 
     Select(css(driver, "#state-filter")[0]).select_by_value("ERROR")
@@ -251,7 +262,11 @@ def test_live_updates_arrive_while_the_experiment_runs(driver: Any, tmp_path: Pa
         wait_for(
             driver, "the live indicator", lambda: "live" in css(driver, "#live-status")[0].text
         )
-        first = max(int(r[4]) for r in table_rows(driver).values())
+        (first,) = wait_for(  # a tuple: truthy even if the largest iteration were 0
+            driver,
+            "the table's rows",
+            lambda: (max(int(r[4]) for r in table_rows(driver).values()),),
+        )
         wait_for(
             driver,
             "a live update",
@@ -260,7 +275,7 @@ def test_live_updates_arrive_while_the_experiment_runs(driver: Any, tmp_path: Pa
                 and max(int(r[4]) for r in table_rows(driver).values()) > first
             ),
         )
-        assert "running" in css(driver, "h1")[0].text
+        wait_for(driver, "the running state", lambda: "running" in css(driver, "h1")[0].text)
         screenshot(driver, tmp_path, "dashboard_live")
         release.touch()  # the experiment ends now
         assert proc.wait(timeout=60) == 0
@@ -275,7 +290,11 @@ def test_live_updates_arrive_while_the_experiment_runs(driver: Any, tmp_path: Pa
                 == {t.trial_id: str(t.iteration) for t in trials}
             ),
         )
-        assert "live" not in css(driver, "#live-status")[0].text
+        wait_for(
+            driver,
+            "the live indicator off",
+            lambda: "live" not in css(driver, "#live-status")[0].text,
+        )
         no_errors(driver)
     finally:
         release.touch()
