@@ -66,8 +66,12 @@ bench: $(BENCH_STAMP)
 	$(BIN)/python benchmarks/checkpoint_cost.py
 	$(BIN)/python benchmarks/chaos_resume.py
 
+# scale.py methods: random, TPE, ASHA, PBT and BOHB at 1,000-100,000 trials (simulated,
+# then local at 1,000-10,000); TPE and BOHB stop at 10,000 (sampler-bound). Hours.
 bench-scale: $(BENCH_STAMP)
 	$(BIN)/python benchmarks/scale.py
+	$(BIN)/python benchmarks/scale.py methods --backend simulated
+	$(BIN)/python benchmarks/scale.py methods --backend local
 	$(BIN)/python benchmarks/read_scale.py
 
 # Search efficiency: simulated (~15 min), the PBT toy (~3 min), real problems and

@@ -71,6 +71,11 @@ Resume, in a fresh process after the run, the same trainable with the same wrapp
 Options: ``--trials``, ``--reports``, ``--concurrency``, ``--peer-trials``,
 ``--skip-peers``, ``--peers-python PATH``, ``--json OUT``, ``--timeout S`` (per case).
 
+``scale.py methods [options]`` runs ``benchmarks/scale_methods.py`` instead: the
+bookkeeping per trial of random search, OptunaSearch (TPE), ASHA, PBT and BOHB from
+1,000 to 100,000 trials, on the simulated or the local backend (its docstring says
+what it measures).
+
 The Ray Tune peer (``benchmarks/peers/ray_tune_scale.py``) imports the helpers below
 (``Probe``, ``add_case_args``, ``scale_figures``, ``state_sizes``, ``count_results``,
 ``RERUN_ENV``) from this file, which is why it imports nothing but the standard
@@ -578,6 +583,11 @@ def probe_callback(base: type, probe: Any) -> Any:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["methods"]:
+        import scale_methods
+
+        return scale_methods.main(argv[1:])
     args = parse_args(argv)
     if args.child:
         return _child_main(args)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -119,6 +121,58 @@ def test_overhead_benchmark_quick(tmp_path: Path) -> None:
     assert ours["overhead"]["first_trial_s"] is not None
     assert ours["throughput"]["throughput_reports_done"] == 20_000
     assert ours["throughput"]["throughput_results_per_s"] > 0
+
+
+@pytest.mark.timeout(120)
+def test_scale_methods_benchmark_quick(tmp_path: Path) -> None:
+    # the per-method scale benchmark, through scale.py, at toy sizes on the simulated
+    # backend: each method's run, its resume in a fresh process, and the TPE cap
+    out = tmp_path / "methods.json"
+    proc = run_script(
+        [
+            str(BENCHMARKS / "scale.py"),
+            "methods",
+            "--sizes",
+            "40,80",
+            "--methods",
+            "random,tpe,pbt",
+            "--max-trials-per-method",
+            "tpe=40",
+            "--json",
+            str(out),
+        ],
+        tmp_path,
+        timeout=110,
+    )
+    for label in ("driver ms/unit", "suggest ms", "optuna ms", "peak RSS MB", "resume s"):
+        assert label in proc.stdout, f"{label!r} missing from:\n{proc.stdout}"
+    assert "simulated random: 40 -> 80:" in proc.stdout
+    assert "tpe 80: skipped: above the cap of 40" in proc.stdout
+
+    rows = {(r["method"], r["size"]): r for r in json.loads(out.read_text())["rows"]}
+    assert set(rows) == {(m, n) for m in ("random", "tpe", "pbt") for n in (40, 80)}
+    for key in (("random", 40), ("random", 80), ("tpe", 40)):
+        row = rows[key]
+        assert row["trials_ok"] == key[1] and row["suggests"] >= key[1], row
+        assert row["resume_trials"] == key[1] and row["resume_rerun"] == 0, row
+        assert row["driver_ms"] > 0 and row["state_bytes_per_event"] > 0, row
+    assert rows[("tpe", 40)]["optuna_ms"] > 0
+    assert "driver_ms" not in rows[("tpe", 80)]
+    pbt = rows[("pbt", 80)]
+    assert pbt["unit"] == "result" and pbt["trials_ok"] == 64 and pbt["resume_rerun"] == 0
+
+
+def test_scale_methods_benchmark_bad_input(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "scale_methods.py"), "--methods", "random,grid"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert "--methods: ['grid'] not among random, tpe, asha, pbt, bohb" in proc.stderr
 
 
 def test_search_pareto_example(tmp_path: Path) -> None:
