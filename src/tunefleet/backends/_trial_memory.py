@@ -93,16 +93,8 @@ def is_gpu_oom(exc: BaseException) -> bool:
 
 def gpu_peak_memory() -> int | None:
     """The largest peak of memory allocated by torch on a visible GPU, if torch is loaded."""
-    torch = sys.modules.get("torch")
-    if torch is None:
-        return None
-    try:
-        if not torch.cuda.is_initialized():
-            return None
-        devices = range(torch.cuda.device_count())
-        return max(int(torch.cuda.max_memory_allocated(d)) for d in devices)
-    except Exception:
-        return None
+    found = gpu_memory()
+    return None if found is None else found[0]
 
 
 def gpu_memory() -> tuple[int, int] | None:
