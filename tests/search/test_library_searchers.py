@@ -161,13 +161,8 @@ def test_ax_takes_its_own_parameter_dicts_and_constraints() -> None:
         search.on_trial_complete(f"t{i}", {"score": config["x1"]})
 
 
-@pytest.mark.parametrize("name", NAMES)
-def test_a_state_kept_by_the_store_restores_the_same_next_trials(name: str) -> None:
-    """The store's secret rules (keys such as Ax's ``generator_key``) leave the state
-    whole: it restores to the same suggestions as the searcher never saved."""
-    needs(name)
-    from tunefleet.store._schema import decode, encode
-
+def _two_alike(name: str) -> tuple[Searcher, Searcher]:
+    """Two searchers of `name` fed the same three trials, one to save, one never saved."""
     straight = start(make_searcher(name), SMALL)
     first = start(make_searcher(name), SMALL)
     for i in range(3):
@@ -175,6 +170,17 @@ def test_a_state_kept_by_the_store_restores_the_same_next_trials(name: str) -> N
             config = search.suggest(f"t{i}")
             assert isinstance(config, dict)
             search.on_trial_complete(f"t{i}", {"loss": loss(config)})
+    return straight, first
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_state_kept_by_the_store_restores_the_same_next_trials(name: str) -> None:
+    """The store's secret rules (keys such as Ax's ``generator_key``) leave the state
+    whole: it restores to the same suggestions as the searcher never saved."""
+    needs(name)
+    from tunefleet.store._schema import decode, encode
+
+    straight, first = _two_alike(name)
     state = first.get_state()
     assert decode(encode(state)) == state
     restored = start(make_searcher(name), SMALL)
@@ -195,13 +201,7 @@ def test_the_ask_and_tell_log_is_saved_by_what_it_gained(name: str) -> None:
     needs(name)
     from tunefleet._state_log import StateLog, join, split
 
-    straight = start(make_searcher(name), SMALL)
-    first = start(make_searcher(name), SMALL)
-    for i in range(3):
-        for search in (straight, first):
-            config = search.suggest(f"t{i}")
-            assert isinstance(config, dict)
-            search.on_trial_complete(f"t{i}", {"loss": loss(config)})
+    straight, first = _two_alike(name)
     state = first.get_state()
     log = state["log"]
     assert isinstance(log, StateLog) and len(log) == 6 and first.get_state()["log"] is log
