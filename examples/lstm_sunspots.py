@@ -126,7 +126,7 @@ def build(config: dict[str, Any]) -> tuple[Forecaster, torch.optim.Optimizer]:
     return model, optimizer
 
 
-def train_lstm(config: dict[str, Any], values: list[float], epochs: int, seed: int) -> None:
+def train_lstm(config: dict[str, Any], values: list[float], epochs: int, seed: int = 0) -> None:
     """The trainable: one trial, run by tunefleet in a worker process."""
     torch.set_num_threads(1)  # trials run in parallel, one CPU each
     # Same seed, same config: same weights, same batches, same metrics. (Every trial
