@@ -15,7 +15,7 @@ import hashlib
 import os
 import shutil
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, ClassVar
 
@@ -71,11 +71,11 @@ class LocalFilesystem(Filesystem):
 
     def persist(self, source: str, final: str) -> str:
         root = os.path.dirname(final)
-        tmp = os.path.join(root, f".tmp_{os.path.basename(final)}_{os.urandom(4).hex()}")
+        tmp = staging_folder(final)
         needed = 0
         try:
             files = list_source(source)
-            needed = sum(-(-f.size // _BLOCK) * _BLOCK + _BLOCK for f in files) + 2 * _BLOCK
+            needed = space_needed(files) + 2 * _BLOCK
             created_root = not os.path.isdir(root)
             os.makedirs(root, exist_ok=True)
             if created_root:
@@ -333,3 +333,14 @@ def _size(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def staging_folder(final: str) -> str:
+    """A hidden, unique sibling of `final` where its checkpoint is written first."""
+    root = os.path.dirname(final)
+    return os.path.join(root, f".tmp_{os.path.basename(final)}_{os.urandom(4).hex()}")
+
+
+def space_needed(files: Iterable[SourceFile]) -> int:
+    """Bytes on disk that copies of `files` take at most (whole blocks, one more each)."""
+    return sum(-(-f.size // _BLOCK) * _BLOCK + _BLOCK for f in files)

@@ -37,13 +37,14 @@ from tunefleet.storage._format import (
     sha256_file,
 )
 from tunefleet.storage._local import (
-    _BLOCK,
     _check_space,
     _fsync_all,
     _fsync_path,
     _replace,
     _write_error,
     _write_manifest,
+    space_needed,
+    staging_folder,
 )
 
 ZERO_COPY_PREFIX = ".tmp_new_"
@@ -132,7 +133,7 @@ def stage(source: str, final: str, linker: _Linker | None, *, zero_copy: bool = 
     if zero_copy:
         return Staged(source, final, source)
     root = os.path.dirname(final)
-    tmp = os.path.join(root, f".tmp_{os.path.basename(final)}_{os.urandom(4).hex()}")
+    tmp = staging_folder(final)
     staged = Staged(tmp, final, source)
     needed = 0
     try:
@@ -151,7 +152,7 @@ def stage(source: str, final: str, linker: _Linker | None, *, zero_copy: bool = 
                 staged.linked += 1
                 continue
             if not needed:  # the first copy: is there room for all that may follow?
-                needed = sum(-(-g.size // _BLOCK) * _BLOCK + _BLOCK for g in files[i:])
+                needed = space_needed(files[i:])
                 _check_space(root, needed)
             shutil.copyfile(f.full, dst)
             shutil.copymode(f.full, dst)
