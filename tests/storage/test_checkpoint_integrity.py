@@ -565,8 +565,15 @@ def test_retry_skips_a_corrupt_newest_checkpoint(storage: str) -> None:
     with StoreReader(grid.experiment_path) as reader:
         trial_id = reader.trial_ids()[0]
         (started,) = reader.events(trial_id, kinds="started")[1:]
+        (invalid,) = reader.events(trial_id, kinds="checkpoint_invalid")
+        (rewound,) = reader.events(trial_id, kinds="rewound")
         steps = [r["step"] for r in reader.results(trial_id)]
-    assert started["data"]["checkpoint"].endswith("checkpoint_000002")
+    # the driver names the newest and reads none; the attempt verifies it, restores from
+    # the one before (the trainable asserts it verifies) and says so before any result
+    assert started["data"]["checkpoint"].endswith("checkpoint_000003")
+    assert invalid["data"]["path"].endswith("checkpoint_000003")
+    assert "sha256 mismatch" in invalid["data"]["why"]
+    assert rewound["data"]["checkpoint"].endswith("checkpoint_000002")
     assert steps == [0, 1, 2, 3]
 
 

@@ -19,6 +19,9 @@ from tunefleet.trial import FailureRecord
 # A result item marked so is not a new result: it carries a checkpoint of the trial's
 # last result (one asked for with should_checkpoint after that result was sent).
 CHECKPOINT_ONLY = "__checkpoint_only__"
+# A result item marked so is not a result either: the attempt restarted from an older
+# checkpoint than the launch named, the newer ones failing to verify (`_restore.py`).
+RESTORED = "__restored__"
 
 
 @dataclass(frozen=True)
@@ -33,6 +36,8 @@ class TrialLaunch:
     trial_dir: str
     attempt: int = 0
     checkpoint: str | None = None  # resume from this checkpoint directory
+    # if it does not verify: the older ones, newest first, as (path, iteration, time_total)
+    fallbacks: tuple[tuple[str, int, float], ...] = ()
     iteration: int = 0  # training_iteration already done (restored from the checkpoint)
     time_total: float = 0.0
     sync: bool = False  # wait for a decision after every result

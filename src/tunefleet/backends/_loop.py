@@ -45,6 +45,7 @@ from tunefleet.backends._protocol import (
     WorkerSetup,
     send,
 )
+from tunefleet.backends._restore import restore_point
 from tunefleet.result import DEFAULT_METRIC, SHOULD_CHECKPOINT, TRAINING_ITERATION
 from tunefleet.session import StopTrial, TrialSession, TuneContext
 from tunefleet.trial import FailureKind, FailureRecord
@@ -123,9 +124,15 @@ class TrialLoop:
     # -- trials --------------------------------------------------------------------
     def run_trial(self, start: Start) -> None:
         """Run one attempt to its end and send how it ended."""
-        launch = start.launch
+        unreadable: Exception | None = None
+        try:  # its checkpoints are verified here, not in the driver
+            launch, restored = restore_point(start.launch)
+        except Exception as exc:  # their storage cannot be read: the attempt fails, named
+            launch, restored, unreadable = start.launch, None, exc
         trial_id, epoch = launch.trial_id, launch.epoch
         self._current = (trial_id, epoch)
+        if restored is not None:  # before any result: the driver rewinds to it
+            self._send_results([(restored, None)])
         self._save_asked = False
         self._saved_at = launch.iteration if launch.checkpoint else None
         os.makedirs(launch.trial_dir, exist_ok=True)
@@ -164,6 +171,8 @@ class TrialLoop:
         outcome: TrialMessage
         undo_limit = _trial_memory.limit_address_space(start.rlimit_as)  # "rlimit" mechanism
         try:
+            if unreadable is not None:
+                raise unreadable
             if inspect.isclass(self._inner):
                 self._run_class(launch, session)
             else:

@@ -32,6 +32,7 @@ from tunefleet.backends._base import (
     Results,
     TrialLaunch,
 )
+from tunefleet.backends._restore import restore_point
 from tunefleet.trial import FailureKind, FailureRecord
 
 Blackbox = Callable[[dict[str, Any], int], Mapping[str, Any]]
@@ -193,6 +194,9 @@ class SimulatedBackend(Backend):
     # -- trials ----------------------------------------------------------------------------
     def start_trial(self, launch: TrialLaunch) -> None:
         now = self.clock()
+        launch, restored = restore_point(launch)  # as a worker does (`_restore.py`)
+        if restored is not None:
+            self._ready.append(Results(launch.trial_id, launch.epoch, [(restored, None)]))
         state = _Sim(launch=launch, budget=launch.iteration, started=now, last_report=now)
         self._active[launch.trial_id] = state
         if self.sim.max_budget is not None and state.budget >= self.sim.max_budget:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from tunefleet.backends._base import CHECKPOINT_ONLY, Backend, Event, Finished, FinishHow, Results
@@ -26,7 +27,9 @@ from tunefleet.engine.restart import (
     checkpoint_home,
     copy_for_exploit,
     met_before_restart,
+    record_checkpoint,
     restart_point,
+    restored,
 )
 from tunefleet.engine.waiting import Waiting
 from tunefleet.progress.live import RunProgress, StatusReporter
@@ -259,8 +262,8 @@ class Controller:
 
     def _launch(self, trial: Trial) -> None:
         resumed = trial.epoch > 0  # ran before: a retry, a resume, or after a pause
+        fallbacks = self._restart_point(trial) if resumed else ()
         if resumed:
-            self._restart_point(trial)
             done = met_before_restart(trial, self.spec.stop_criteria)
             if done is not None:  # e.g. the driver died between its last result and its end
                 self._end_waiting(trial, done)
@@ -280,7 +283,8 @@ class Controller:
         self.running[trial.trial_id] = trial
         storage_dir = self._checkpoint_home(trial) if self.spec.storage_url else None
         sync = self.scheduler.needs_sync_decisions
-        self.backend.start_trial(trial_launch(trial, self.spec, sync=sync, storage_dir=storage_dir))
+        launch = trial_launch(trial, self.spec, sync=sync, storage_dir=storage_dir)
+        self.backend.start_trial(replace(launch, fallbacks=fallbacks))
         self.store.add_event(
             trial.trial_id,
             "started",
@@ -293,15 +297,15 @@ class Controller:
     def _checkpoint_home(self, trial: Trial) -> str:
         return checkpoint_home(trial.path, self.spec.path, self.spec.storage_url)
 
-    def _restart_point(self, trial: Trial) -> None:
-        """Before a trial runs again: its newest valid checkpoint, results rewound to it."""
+    def _restart_point(self, trial: Trial) -> tuple[tuple[str, int, float], ...]:
+        """Before a trial runs again: its newest checkpoint, results rewound to it; returns
+        the older ones, for the attempt to fall back to (it verifies them, not the driver)."""
         if trial.trial_id in self._restore_from:  # exploited: the copied checkpoint, as is
             trial.latest_checkpoint = self._restore_from.pop(trial.trial_id)
-            return
+            return ()
         from_scratch = trial.trial_id in self.spec.restart_from_scratch
         self.spec.restart_from_scratch.discard(trial.trial_id)
-        unusable = restart_point(trial, self.store, self.keeper, from_scratch=from_scratch)
-        self._commits.delete_later(unusable)
+        return restart_point(trial, self.store, from_scratch=from_scratch)
 
     # -- phase 2: apply events ---------------------------------------------------------------
     def _apply(self, event: Event) -> None:
@@ -315,6 +319,10 @@ class Controller:
                 if trial.trial_id in self.stopping or trial.trial_id not in self.running:
                     if checkpoint:
                         self.keeper.discard(checkpoint)
+                    continue
+                unusable = restored(trial, metrics, self.store, self.keeper)
+                if unusable is not None:  # from an older checkpoint than it was given
+                    self._commits.delete_later(unusable)
                     continue
                 if metrics.get(CHECKPOINT_ONLY):  # asked for after the last result
                     if checkpoint:
@@ -388,13 +396,7 @@ class Controller:
         self.store.update_trial(trial)
 
     def _on_checkpoint(self, trial: Trial, path: str, result: dict[str, Any]) -> None:
-        trial.latest_checkpoint = path
-        trial.checkpoint_iteration = int(result.get("training_iteration", trial.iteration))
-        trial.checkpoint_time_total = float(result.get("time_total_s", 0.0))
-        self.store.add_checkpoint(trial.trial_id, trial.checkpoint_iteration, path, result)
-        dropped = self.keeper.add(trial.trial_id, path, result)
-        for old in dropped:
-            self.store.mark_checkpoint_deleted(old)
+        dropped = record_checkpoint(trial, path, result, self.store, self.keeper)
         self._commits.delete_later(dropped)  # after the store has recorded the new one
         for cb in self.callbacks:
             cb.on_trial_save(self.iteration, self.trial_list, trial)
@@ -422,11 +424,7 @@ class Controller:
         if returned and trial.stop_reason is None:
             trial.stop_reason = StopCause.COMPLETED
         if returned and trial.num_results == 0:  # TERMINATED as in Ray, but not silently
-            logger.warning(
-                "Trial %s finished without reporting a result (its trainable returned "
-                "without calling tune.report()); its metrics are {}",
-                trial.trial_id,
-            )
+            util.warn_no_result(trial)
         if trial.last_result:
             trial.last_result = {**trial.last_result, "done": True}
         trial.ended_at = time.time()

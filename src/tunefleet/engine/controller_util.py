@@ -209,3 +209,12 @@ class Endings:
             result = self._clean(trial.last_result)
             self._searcher.on_trial_complete(trial.trial_id, result, error=True)
             self._scheduler.on_trial_error(trial)
+
+
+def warn_no_result(trial: Trial) -> None:
+    """The trial's trainable returned without a result: TERMINATED as in Ray, not silently."""
+    logger.warning(
+        "Trial %s finished without reporting a result (its trainable returned "
+        "without calling tune.report()); its metrics are {}",
+        trial.trial_id,
+    )

@@ -12,12 +12,11 @@ import math
 import os
 from typing import Any
 
+from tunefleet.backends._base import RESTORED
 from tunefleet.schedulers._base import Exploit
 from tunefleet.storage.checkpoint import (
     CheckpointKeeper,
-    latest_valid,
     persist_checkpoint,
-    remove_temporaries,
 )
 from tunefleet.store import ExperimentStore
 from tunefleet.trial import StopCause, Trial
@@ -52,19 +51,35 @@ def met_before_restart(trial: Trial, stop_criteria: dict[str, float]) -> StopCau
 
 
 def restart_point(
-    trial: Trial, store: ExperimentStore, keeper: CheckpointKeeper, *, from_scratch: bool
-) -> list[str]:
-    """Set the trial's newest valid checkpoint and rewind its results to it.
+    trial: Trial, store: ExperimentStore, *, from_scratch: bool
+) -> tuple[tuple[str, int, float], ...]:
+    """Set the trial's newest checkpoint as its restart point and rewind its results to it.
 
-    `from_scratch`: ignore its checkpoints (resume). Returns the checkpoints found
-    unusable, to delete after the next commit.
+    Reads no checkpoint: the attempt verifies it (`backends._restore`), falls back to
+    the older ones returned here (newest first, as ``(path, iteration, time_total)``)
+    and says so (`restored`). `from_scratch`: ignore its checkpoints (resume).
     """
-    kept = store.checkpoints_of(trial.trial_id)
-    if from_scratch:
-        kept = []
-    remove_temporaries(trial.path)  # what a killed writer left; no attempt runs now
-    chosen, skipped = latest_valid([path for path, _, _ in kept])
-    for path, reason in skipped:
+    kept = [] if from_scratch else store.checkpoints_of(trial.trial_id)
+    points = [
+        (path, iteration, float((metrics or {}).get("time_total_s", 0.0)))
+        for path, iteration, metrics in kept
+    ]
+    path, iteration, result = kept[0] if kept else (None, 0, None)
+    rewind_to(trial, store, path, iteration, result)
+    return tuple(points[1:])
+
+
+def restored(
+    trial: Trial, item: dict[str, Any], store: ExperimentStore, keeper: CheckpointKeeper
+) -> list[str] | None:
+    """If `item` says that the attempt restarted from an older checkpoint than it was
+    given (`RESTORED`), the newer ones failing to verify: rewind the trial to it, record
+    why, and return those to delete after the next commit. Else None (a result)."""
+    info = item.get(RESTORED)
+    if info is None:
+        return None
+    skipped = [str(path) for path, _ in info["skipped"]]
+    for path, reason in info["skipped"]:
         keeper.forget(trial.trial_id, path)
         logger.warning(
             "Trial %s: checkpoint %s is not usable (%s); using an older one",
@@ -74,20 +89,49 @@ def restart_point(
         )
         store.add_event(trial.trial_id, "checkpoint_invalid", {"path": path, "why": reason})
         store.mark_checkpoint_deleted(path)
-    iteration, result = 0, None
-    for path, it, metrics in kept:
-        if path == chosen:
-            iteration, result = it, metrics
-    trial.latest_checkpoint = chosen
+    chosen, iteration = info["checkpoint"], int(info["iteration"])
+    saved = {path: metrics for path, _, metrics in store.checkpoints_of(trial.trial_id)}
+    rewind_to(trial, store, chosen, iteration, saved.get(chosen) if chosen else None)
+    return skipped
+
+
+def record_checkpoint(
+    trial: Trial,
+    path: str,
+    result: dict[str, Any],
+    store: ExperimentStore,
+    keeper: CheckpointKeeper,
+) -> list[str]:
+    """The trial saved a checkpoint at `path` with `result`: it restarts from there from
+    now on. Returns the checkpoints retention drops, to delete after the next commit."""
+    trial.latest_checkpoint = path
+    trial.checkpoint_iteration = int(result.get("training_iteration", trial.iteration))
+    trial.checkpoint_time_total = float(result.get("time_total_s", 0.0))
+    store.add_checkpoint(trial.trial_id, trial.checkpoint_iteration, path, result)
+    dropped = keeper.add(trial.trial_id, path, result)
+    for old in dropped:
+        store.mark_checkpoint_deleted(old)
+    return dropped
+
+
+def rewind_to(
+    trial: Trial,
+    store: ExperimentStore,
+    checkpoint: str | None,
+    iteration: int,
+    result: dict[str, Any] | None,
+) -> None:
+    """The trial restarts from `checkpoint` (saved at `iteration` with `result`; None:
+    from the start): the results after it are dropped from the store."""
+    trial.latest_checkpoint = checkpoint
     trial.checkpoint_iteration = iteration
     trial.checkpoint_time_total = float((result or {}).get("time_total_s", 0.0))
     if trial.iteration > iteration:
         trial.num_results = store.rewind_results(trial.trial_id, iteration)
         trial.last_result = result or {}
         store.add_event(
-            trial.trial_id, "rewound", {"to_iteration": iteration, "checkpoint": chosen}
+            trial.trial_id, "rewound", {"to_iteration": iteration, "checkpoint": checkpoint}
         )
-    return [path for path, _ in skipped]
 
 
 def copy_for_exploit(
