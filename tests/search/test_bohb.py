@@ -140,9 +140,12 @@ def test_finished_trials_are_saved_once_and_a_resume_suggests_the_same() -> None
     pending = searcher.suggest("p0")  # still running when saved, told after the resume
     assert isinstance(pending, dict)
     state = searcher.get_state()
-    assert isinstance(state["done"], StateLog) and len(state["done"]) == 16
-    assert [row[1] for row in state["trials"]] == ["p0"]  # the head: the running one only
-    assert searcher.get_state()["done"] is state["done"]  # the same list, growing
+    # each suggestion a row; each observation (two per trial: result and end) and end
+    assert isinstance(state["suggested"], StateLog) and len(state["suggested"]) == 17
+    assert isinstance(state["events"], StateLog) and len(state["events"]) == 16 * 3
+    assert set(state) == {"version", "seed", "count", "points_done", "suggested", "events"}
+    assert searcher.get_state()["events"] is state["events"]  # the same lists, growing
+    assert searcher.get_state()["suggested"] is state["suggested"]
     copy = make(seed=99, bohb_config={"random_fraction": 0.3})
     copy.set_state(through_store(state))
     end = {"loss": bowl(pending), "hyperband_info": {"budget": 3, "bracket": 0}}
@@ -152,21 +155,51 @@ def test_finished_trials_are_saved_once_and_a_resume_suggests_the_same() -> None
         search.on_trial_complete("p0", end)  # told twice: once in the log
     assert run(copy, 6, start=30, budget=3) == run(searcher, 6, start=30, budget=3)
     assert json.dumps(copy.get_state()) == json.dumps(searcher.get_state())
-    assert len(copy.get_state()["done"]) == 23
+    assert len(copy.get_state()["suggested"]) == 23
 
 
-def test_a_state_of_the_previous_format_still_loads() -> None:
+def test_the_states_of_the_previous_formats_still_load() -> None:
     searcher = make()
     run(searcher, 8, budget=1)
-    searcher.suggest("p0")
+    pending = searcher.suggest("p0")
+    assert isinstance(pending, dict)
+    searcher.on_trial_result("p0", {"loss": 1.0, "hyperband_info": {"budget": 1}})
+    searcher.suggest("gone")  # ended with nothing learnt: in no old state
+    searcher.on_trial_complete("gone", None, error=True)
     state = json.loads(json.dumps(searcher.get_state()))
-    rows = sorted([[*r, False] for r in state.pop("done")] + [[*r, True] for r in state["trials"]])
-    old = {**state, "version": 1, "trials": [row[1:] for row in rows]}
-    copy = make()
-    copy.set_state(old)
-    assert json.dumps(copy.get_state()) == json.dumps(searcher.get_state())
+    done = [
+        [
+            i,
+            f"t{i}",
+            searcher._trials[f"t{i}"]["params"],
+            [[1.0, searcher._trials[f"t{i}"]["obs"][1.0]]],
+        ]
+        for i in range(8)
+    ]
+    running = [[8, "p0", searcher._trials["p0"]["params"], [[1.0, 1.0]]]]
+    common = {k: state[k] for k in ("seed", "count", "points_done")}
+    version_2 = {**common, "version": 2, "done": done, "trials": running}
+    rows = [[*r, False] for r in done] + [[*r, True] for r in running]
+    version_1 = {**common, "version": 1, "trials": [row[1:] for row in rows]}
+    for old in (version_2, version_1):
+        copy = make()
+        copy.set_state(old)
+        assert copy._trials == searcher._trials and copy._live == searcher._live
+        for search in (copy, twin := copy_of(searcher)):
+            search.on_trial_complete("p0", {"loss": 0.5, "hyperband_info": {"budget": 3}})
+        assert run(copy, 4, start=20) == run(twin, 4, start=20)
     with pytest.raises(ValueError, match=r"done must be a list of \[seq, trial_id"):
-        copy.set_state({**state, "done": [["t0"]]})
+        make().set_state({**version_2, "done": [["t0"]]})
+    with pytest.raises(ValueError, match=r"suggested must be a list of \[seq, trial_id, params"):
+        make().set_state({**state, "suggested": [[0, "t0"]]})
+    with pytest.raises(ValueError, match=r"events must be a list of \[seq, budget, loss\] or"):
+        make().set_state({**state, "events": [[99]]})  # not a suggestion's seq
+
+
+def copy_of(searcher: TuneBOHB) -> TuneBOHB:
+    copy = make()
+    copy.set_state(json.loads(json.dumps(searcher.get_state())))
+    return copy
 
 
 def test_a_batch_has_no_duplicates_in_a_small_discrete_space() -> None:
@@ -357,3 +390,32 @@ def test_restore_loads_the_observations_into_the_new_searcher(storage: str) -> N
     old_ids = {metrics_of(r)["trial_id"] for r in first}
     assert old_ids <= set(again._trials)  # what the first run learnt is kept
     assert again._seed == 0  # the saved seed, not the new searcher's
+
+
+class NoWalk(dict[str, Any]):
+    """The searcher's trials, refusing to be walked whole."""
+
+    def __iter__(self) -> Any:
+        raise AssertionError("walked every trial")
+
+    def items(self) -> Any:
+        return iter(self)
+
+    def values(self) -> Any:
+        return iter(self)
+
+
+def test_saving_the_state_costs_the_events_not_the_trials() -> None:
+    # the controller saves get_state() at every step: it must not walk the trials
+    searcher = make()
+    run(searcher, 30, budget=1)
+    configs = [searcher.suggest(f"p{i}") for i in range(3)]
+    searcher._trials = NoWalk(searcher._trials)
+    before = len(searcher.get_state()["events"])
+    for i, config in enumerate(configs):
+        assert isinstance(config, dict)
+        searcher.on_trial_result(f"p{i}", {"loss": bowl(config), "training_iteration": 1})
+        searcher.get_state()
+        searcher.on_trial_complete(f"p{i}")
+        searcher.get_state()
+    assert len(searcher.get_state()["events"]) == before + 6

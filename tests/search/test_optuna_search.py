@@ -437,6 +437,45 @@ def test_optuna_stays_quiet(capfd: pytest.CaptureFixture[str]) -> None:
     assert "finished with value" not in err and "A new study created" not in err
 
 
+def test_quiet_optuna_changes_neither_the_verbosity_nor_the_filters(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # entered at every tell: Optuna's INFO lines and experimental notes are dropped inside,
+    # without setting Optuna's verbosity (it clears every logger's cache) each time
+    from tunefleet.search._shared import quiet_optuna
+
+    experimental = optuna.exceptions.ExperimentalWarning
+    before = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.INFO)
+    study_log = optuna.logging.get_logger("optuna.study.study")
+    caplog.set_level(logging.INFO)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            users = list(warnings.filters)
+            with quiet_optuna():
+                pass
+            late = logging.getLogger("optuna.made_after_the_first_use")
+            with quiet_optuna():
+                with quiet_optuna():  # nested: the outer one's filters hold
+                    study_log.info("info inside")
+                    late.info("late info inside")
+                    warnings.warn("note inside", experimental, stacklevel=1)
+                    assert optuna.logging.get_verbosity() == optuna.logging.INFO
+                study_log.warning("warning inside")
+                warnings.warn("note in the outer one", experimental, stacklevel=1)
+            assert warnings.filters == users
+            study_log.info("info after")
+            late.info("late info after")
+            warnings.warn("note after", experimental, stacklevel=1)
+        assert optuna.logging.get_verbosity() == optuna.logging.INFO
+    finally:
+        optuna.logging.set_verbosity(before)
+    assert [str(w.message) for w in caught] == ["note after"]
+    logged = [r.getMessage() for r in caplog.records if r.name.startswith("optuna")]
+    assert logged == ["warning inside", "info after", "late info after"]
+
+
 # ---------------------------------------------------------------- end to end
 
 

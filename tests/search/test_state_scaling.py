@@ -4,7 +4,9 @@ The controller saves `get_state()` of the searcher at every step. A real run on 
 simulated backend, then its experiment database read: the head of the searcher's
 state (the `state` row, rewritten when it changes) holds only the live trials, so its
 size does not depend on how many trials ran; the finished trials are rows of
-`state_log`, one each, written once.
+`state_log`, one each, written once. The same for `TuneBOHB` under `HyperBandForBOHB`,
+with hundreds of trials paused at once: its head is its counters, and each suggestion,
+result and trial end one row.
 """
 
 from __future__ import annotations
@@ -47,19 +49,28 @@ class HeadSizes(tune.Callback):
             self.sizes.append(head_size(db))
 
 
-def run(tmp_path: Path, trials: int) -> tuple[list[int], dict[str, Any], dict[str, int]]:
+def run(
+    tmp_path: Path, trials: int, method: str = "optuna"
+) -> tuple[list[int], dict[str, Any], dict[str, int]]:
     """The searcher's head sizes as trials ended, its last head, its log rows by path."""
-    from tunefleet.search import OptunaSearch
+    from tunefleet.search import OptunaSearch, TuneBOHB
 
-    sim = SimulatedTrainable(objective, cost=1.0, max_budget=3, workers=4)
-    search = OptunaSearch(sampler=optuna.samplers.RandomSampler(seed=0))
-    name = f"scale{trials}"
+    sim = SimulatedTrainable(
+        objective, cost=1.0, max_budget=9 if method == "bohb" else 3, workers=4
+    )
+    scheduler = None
+    if method == "bohb":  # random configs (the model costs O(n) a suggestion), same state
+        search: tune.search.Searcher = TuneBOHB(seed=0, bohb_config={"random_fraction": 1.0})
+        scheduler = tune.schedulers.HyperBandForBOHB(max_t=9, reduction_factor=3)
+    else:
+        search = OptunaSearch(sampler=optuna.samplers.RandomSampler(seed=0))
+    name = f"{method}{trials}"
     sizes = HeadSizes(tmp_path / name / "experiment.db")
     tune.Tuner(
         sim,
         param_space={"x": tune.uniform(0, 1), "units": tune.choice([16, 32, 64])},
         tune_config=tune.TuneConfig(
-            metric="loss", mode="min", num_samples=trials, search_alg=search
+            metric="loss", mode="min", num_samples=trials, search_alg=search, scheduler=scheduler
         ),
         run_config=tune.RunConfig(
             storage_path=str(tmp_path), name=name, verbose=0, callbacks=[sizes]
@@ -89,3 +100,17 @@ def test_optuna_search_head_does_not_grow_with_the_trials(tmp_path: Path) -> Non
     assert len(small_sizes) == 300 and len(big_sizes) == 1200
     small_max, big_max = max(small_sizes[-100:]), max(big_sizes[-100:])
     assert 0 < big_max <= small_max + 64 and big_max < 4000, (small_max, big_max)
+
+
+def test_bohb_head_does_not_grow_with_the_trials(tmp_path: Path) -> None:
+    small_sizes, _, small_rows = run(tmp_path, 150, "bohb")
+    big_sizes, big, big_rows = run(tmp_path, 600, "bohb")
+    # each suggestion is one row; each result and each trial end one (every trial ends,
+    # after at least one result), written once
+    assert small_rows["suggested"] == 150 and big_rows["suggested"] == 600
+    assert big_rows["events"] >= 2 * 600 and set(big_rows) == {"suggested", "events"}
+    # the head: the seed and the counters, however many trials wait paused (HyperBand
+    # pauses hundreds here): the same size at 600 trials as at 150, as the trials end
+    assert set(big) == {"version", "seed", "count", "points_done", "suggested", "events"}
+    assert len(small_sizes) == 150 and len(big_sizes) == 600
+    assert 0 < max(big_sizes) <= max(small_sizes) + 8 < 300, (small_sizes, big_sizes)

@@ -12,7 +12,9 @@ each suggestion a fresh in-memory study gets the observations of the chosen budg
 BOHB): the suggestions of a batch differ by their random candidates, and an exact
 duplicate of a config already suggested is replaced by a random one. The state is
 the observations, the seed and the counters: a restored searcher rebuilds the same
-studies and suggests the same configs.
+studies and suggests the same configs. Each suggestion, observation and trial end is
+a row of a StateLog, written once: the head is the seed and the counters, however
+many trials ran or wait paused.
 """
 
 from __future__ import annotations
@@ -54,7 +56,9 @@ from tunefleet.space import (
 
 logger = get_logger(__name__)
 
-_STATE_VERSION = 2  # 2: finished trials in a StateLog, each with its order; 1 loads
+# 3: the suggestions and the events (observations, ends) in StateLogs, the head counters
+# (2: finished trials in a StateLog, the running ones in the head; 1: all in the head)
+_STATE_VERSION = 3
 _DEFAULTS: dict[str, Any] = {
     "min_points_in_model": None,
     "top_n_percent": 15,
@@ -122,7 +126,11 @@ class TuneBOHB(SpaceSearcher):
         # trial id -> {"params": {name: Optuna value}, "obs": {budget: loss}, "live": bool,
         # "seq": its suggestion's number}, in the order of the suggestions
         self._trials: dict[str, dict[str, Any]] = {}
-        self._done = StateLog()  # [seq, trial id, params, [[budget, loss]]] of finished ones
+        self._live: dict[str, dict[str, Any]] = {}  # the running ones of _trials
+        self._taken: dict[str, int] = {}  # _key(params) -> how many of _trials have them
+        self._budgets: dict[float, int] = {}  # budget -> how many of _trials observed it
+        self._suggested = StateLog()  # [seq, trial id, params] of each suggestion
+        self._events = StateLog()  # [seq, budget, loss] (an observation) or [seq] (its end)
         self._count = 0  # suggestions made: each has its own generator
         self._points_done = 0
         self._warned_budget = False
@@ -162,9 +170,7 @@ class TuneBOHB(SpaceSearcher):
     def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
         """A point of `points_to_evaluate`, a random config, or the model's."""
         self._ready()
-        if self.max_concurrent and sum(t["live"] for t in self._trials.values()) >= (
-            self.max_concurrent
-        ):
+        if self.max_concurrent and len(self._live) >= self.max_concurrent:
             return None
         seq = self._count
         rng = random.Random(f"{self._seed}:{seq}")
@@ -176,13 +182,23 @@ class TuneBOHB(SpaceSearcher):
             params = self._params_of(config, f"points_to_evaluate[{index}]")
         else:
             config, params = self._sample(rng)
-        self._trials[trial_id] = {"params": params, "obs": {}, "live": True, "seq": seq}
+        self._add(trial_id, {"params": params, "obs": {}, "live": True, "seq": seq})
+        self._suggested.append([seq, trial_id, params])
         return config
+
+    def _add(self, trial_id: str, record: dict[str, Any]) -> None:
+        self._trials[trial_id] = record
+        if record["live"]:
+            self._live[trial_id] = record
+        key = _key(record["params"])
+        self._taken[key] = self._taken.get(key, 0) + 1
+        for budget in record["obs"]:
+            self._budgets[budget] = self._budgets.get(budget, 0) + 1
 
     def _sample(self, rng: random.Random) -> tuple[dict[str, Any], dict[str, Any]]:
         budget = self._model_budget()
         use_model = budget is not None and rng.random() >= self.bohb_config["random_fraction"]
-        taken = {_key(t["params"]) for t in self._trials.values()}
+        taken = self._taken
         for _ in range(20):  # a duplicate (possible in small discrete spaces) is redrawn
             if use_model:
                 assert budget is not None
@@ -251,10 +267,7 @@ class TuneBOHB(SpaceSearcher):
     def _model_budget(self) -> float | None:
         """The largest budget whose good and bad sets both hold more points than there
         are parameters (hpbandster's rule; Ray's BOHB): None while no budget has."""
-        counts: dict[float, int] = {}
-        for record in self._trials.values():
-            for budget in record["obs"]:
-                counts[budget] = counts.get(budget, 0) + 1
+        counts = self._budgets
         d = len(self._params)
         enough = [b for b, n in counts.items() if min(self._n_good(n), n - self._n_good(n)) > d]
         return max(enough) if enough else None
@@ -302,14 +315,17 @@ class TuneBOHB(SpaceSearcher):
         if result is not None and not error:
             self._observe(trial_id, result)
         record["live"] = False
+        del self._live[trial_id]
+        self._events.append([record["seq"]])
         if not record["obs"]:
             del self._trials[trial_id]  # nothing learnt from it
-            return
-        obs = [[b, loss] for b, loss in record["obs"].items()]
-        self._done.append([record["seq"], trial_id, dict(record["params"]), obs])
+            key = _key(record["params"])
+            self._taken[key] -= 1
+            if not self._taken[key]:
+                del self._taken[key]
 
     def _observe(self, trial_id: str, result: dict[str, Any]) -> None:
-        record = self._trials.get(trial_id)
+        record = self._live.get(trial_id)  # a finished trial's observations are saved
         if record is None or self.metric is None:
             return
         value = metric_value(result, self.metric)
@@ -327,59 +343,99 @@ class TuneBOHB(SpaceSearcher):
             budget = result.get("training_iteration", 0)
         if isinstance(budget, bool) or not isinstance(budget, (int, float)):
             return
-        record["obs"][float(budget)] = value if self.mode == "min" else -value
+        budget = float(budget)
+        if budget not in record["obs"]:
+            self._budgets[budget] = self._budgets.get(budget, 0) + 1
+        loss = value if self.mode == "min" else -value
+        record["obs"][budget] = loss
+        self._events.append([record["seq"], budget, loss])
 
     # -- state ----------------------------------------------------------------------------
     def get_state(self) -> dict[str, Any]:
-        """Seed, counters, the running trials' observations (Optuna values, budget ->
-        loss) and the finished ones' in a StateLog, each saved once."""
+        """Seed, counters, and in StateLogs (each row saved once) the suggestions
+        (Optuna values) and the events: each observation (budget, loss) and each end."""
         return {
             "version": _STATE_VERSION,
             "seed": self._seed,
             "count": self._count,
             "points_done": self._points_done,
-            "done": self._done,
-            "trials": [
-                [t["seq"], tid, t["params"], [[b, loss] for b, loss in t["obs"].items()]]
-                for tid, t in self._trials.items()
-                if t["live"]
-            ],
+            "suggested": self._suggested,
+            "events": self._events,
         }
 
     def set_state(self, state: dict[str, Any]) -> None:
         """Restore what `get_state` returned: the next suggestions are the same."""
-        if state.get("version") == 1:  # [tid, params, obs, live] in the order of suggestions
-            old = [[i, *row] for i, row in enumerate(state["trials"])]
-            done, live = [r[:4] for r in old if not r[4]], [r[:4] for r in old if r[4]]
+        if state.get("version") in (1, 2):
+            suggested, events = _old_rows(state)
         else:
             check_state_version("TuneBOHB", state, _STATE_VERSION)
-            done, live = state["done"], state["trials"]
-        for key, rows in (("done", done), ("trials", live)):
-            if not isinstance(rows, list) or not all(
-                isinstance(r, list) and len(r) == 4 and isinstance(r[0], int) for r in rows
-            ):
-                raise ValueError(
-                    f"TuneBOHB state: {key} must be a list of [seq, trial_id, params, obs]"
-                )
+            suggested, events = state["suggested"], state["events"]
+        _check_rows(suggested, events)
         self._seed = int(state["seed"])
         self._count = int(state["count"])
         self._points_done = int(state["points_done"])
-        # the store's StateLog itself, to go on appending to
-        self._done = done if isinstance(done, StateLog) else StateLog(done)
-        ordered = sorted([(r, False) for r in done] + [(r, True) for r in live], key=_seq)
-        self._trials = {
-            str(tid): {
-                "params": dict(params),
-                "obs": {float(b): float(loss) for b, loss in obs},
-                "live": is_live,
-                "seq": int(seq),
-            }
-            for (seq, tid, params, obs), is_live in ordered
+        records = {
+            seq: (str(tid), {"params": dict(params), "obs": {}, "live": True, "seq": seq})
+            for seq, tid, params in suggested
         }
+        for seq, *observed in events:  # replayed as they happened
+            record = records[seq][1]
+            if not record["live"]:
+                continue
+            if observed:
+                record["obs"][float(observed[0])] = float(observed[1])
+            else:
+                record["live"] = False
+        self._trials, self._live, self._taken, self._budgets = {}, {}, {}, {}
+        for tid, record in records.values():  # in the order of the suggestions
+            if record["live"] or record["obs"]:  # else it ended with nothing learnt
+                self._add(tid, record)
+        # the store's StateLogs themselves, to go on appending to (new ones from an old state)
+        self._suggested = suggested if isinstance(suggested, StateLog) else StateLog(suggested)
+        self._events = events if isinstance(events, StateLog) else StateLog(events)
 
 
-def _seq(row: tuple[list[Any], bool]) -> int:
-    return int(row[0][0])
+def _old_rows(state: dict[str, Any]) -> tuple[list[Any], list[Any]]:
+    """The suggestions and events of a state of version 1 or 2."""
+    if state["version"] == 1:  # [tid, params, obs, live] in the order of the suggestions
+        rows = state.get("trials")
+        if not isinstance(rows, list) or not all(isinstance(r, list) and len(r) == 4 for r in rows):
+            raise ValueError(
+                "TuneBOHB state: trials must be a list of [trial_id, params, obs, live]"
+            )
+        old = [[i, *row] for i, row in enumerate(rows)]
+        state = {"done": [r[:4] for r in old if not r[4]], "trials": [r[:4] for r in old if r[4]]}
+    done: Any = state.get("done")  # the finished trials
+    running: Any = state.get("trials")  # the running ones
+    for key, rows in (("done", done), ("trials", running)):
+        if not isinstance(rows, list) or not all(
+            isinstance(r, list) and len(r) == 4 and _is_int(r[0]) for r in rows
+        ):
+            raise ValueError(
+                f"TuneBOHB state: {key} must be a list of [seq, trial_id, params, obs]"
+            )
+    suggested, events = StateLog(), StateLog()
+    for seq, tid, params, obs in sorted([*done, *running], key=lambda row: int(row[0])):
+        suggested.append([seq, tid, params])
+        events.extend([seq, budget, loss] for budget, loss in obs)
+    events.extend([seq] for seq, *_ in done)
+    return suggested, events
+
+
+def _check_rows(suggested: Any, events: Any) -> None:
+    """Refuse a state whose rows are not what `get_state` writes."""
+    if not isinstance(suggested, list) or not all(
+        isinstance(r, list) and len(r) == 3 and _is_int(r[0]) for r in suggested
+    ):
+        raise ValueError("TuneBOHB state: suggested must be a list of [seq, trial_id, params]")
+    seqs = {r[0] for r in suggested}
+    if not isinstance(events, list) or not all(
+        isinstance(r, list) and len(r) in (1, 3) and _is_int(r[0]) and r[0] in seqs for r in events
+    ):
+        raise ValueError(
+            "TuneBOHB state: events must be a list of [seq, budget, loss] or [seq], "
+            "each seq one of suggested"
+        )
 
 
 def _n_good(min_points: int, top_n_percent: float, n: int) -> int:

@@ -10,11 +10,14 @@ optional library before it is called, so `import tunefleet.search` stays light.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
+import logging
 import math
 import random
+import re
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from tunefleet._metrics import MISSING, MetricSpec, ModeSpec
@@ -368,18 +371,70 @@ def import_optional(*modules: str, owner: str, extra: str, needs: str) -> Any:
     return loaded[0]
 
 
-@contextlib.contextmanager
-def quiet_optuna() -> Iterator[None]:
-    """Optuna at WARNING (no line per study or trial), without its experimental notes."""
+def quiet_optuna() -> contextlib.AbstractContextManager[None]:
+    """Optuna's INFO lines dropped (no line per study or trial) and its experimental
+    notes ignored, inside the context only: Optuna's verbosity and the warnings filters
+    are as the user left them, in and after it.
+
+    Entered at every tell, so it costs little: no change of Optuna's verbosity (which
+    clears the cache of every logger of the process); a filter, added once to Optuna's
+    loggers, drops their records below WARNING while a context is open; the warnings
+    filters are copied only when the outermost context opens."""
+    return _QuietOptuna()
+
+
+class _OptunaInfo(logging.Filter):
+    """On Optuna's loggers: drops their records below WARNING while `depth` > 0."""
+
+    def __init__(self) -> None:
+        super().__init__("optuna")
+        self.depth = 0
+        self.loggers = -1  # the number of the process's loggers when last added
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return self.depth == 0 or record.levelno >= logging.WARNING
+
+    def add(self) -> None:
+        """On each of Optuna's loggers (again when the process made new loggers)."""
+        known = logging.Logger.manager.loggerDict
+        if len(known) == self.loggers:
+            return
+        for name, log in list(known.items()):
+            if isinstance(log, logging.Logger) and (name + ".").startswith("optuna."):
+                log.addFilter(self)  # once: addFilter skips a filter it has
+        self.loggers = len(known)
+
+
+_OPTUNA_INFO = _OptunaInfo()
+
+
+class _QuietOptuna:
+    __slots__ = ("_warnings",)
+
+    def __enter__(self) -> None:
+        _OPTUNA_INFO.add()
+        _OPTUNA_INFO.depth += 1
+        self._warnings: warnings.catch_warnings[None] | None = None
+        if _OPTUNA_INFO.depth > 1:  # an outer context ignores them already
+            return
+        self._warnings = warnings.catch_warnings()
+        self._warnings.__enter__()  # the filters now a copy, restored on exit
+        filters: Any = warnings.filters  # the list, which typeshed calls a Sequence
+        filters[:0] = _optuna_notes()  # as simplefilter/filterwarnings put them
+
+    def __exit__(self, *exc: object) -> None:
+        _OPTUNA_INFO.depth -= 1
+        if self._warnings is not None:
+            self._warnings.__exit__(None, None, None)
+
+
+@functools.cache
+def _optuna_notes() -> list[tuple[Any, ...]]:
+    """The warnings filters that ignore Optuna's experimental notes, and the deprecation
+    of constraints_func (Optuna 5 deprecates it, Optuna 4 needs it)."""
     import optuna
 
-    level = optuna.logging.get_verbosity()
-    optuna.logging.set_verbosity(max(level, optuna.logging.WARNING))
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            # Optuna 5 deprecates constraints_func, which Optuna 4 needs
-            warnings.filterwarnings("ignore", ".*constraints_func", FutureWarning)
-            yield
-    finally:
-        optuna.logging.set_verbosity(level)
+    return [
+        ("ignore", re.compile(".*constraints_func", re.I), FutureWarning, None, 0),
+        ("ignore", None, optuna.exceptions.ExperimentalWarning, None, 0),
+    ]
