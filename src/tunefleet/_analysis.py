@@ -73,8 +73,12 @@ class ExperimentAnalysis:
         self._experiment = _Snapshot(path)
         if trials is not None:
             self._experiment.trials = list(trials)
-        for trial in self._experiment.trials:  # Ray's last results hold the config
-            trial.last_result = last_result_with_config(trial)
+            for trial in self._experiment.trials:  # Ray's last results hold the config
+                trial.last_result = last_result_with_config(trial)
+        else:  # read from the store just now: nobody else holds them, so no copy
+            for trial in self._experiment.trials:
+                if trial.last_result:
+                    trial.last_result["config"] = trial.config
         self.filesystem = storage_filesystem
         self.default_metric: str | None = default_metric or self._experiment.meta.get("metric")
         self.default_mode: str | None = default_mode or self._experiment.meta.get("mode")

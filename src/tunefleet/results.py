@@ -38,6 +38,7 @@ from tunefleet._analysis import (
     best_checkpoint_of,
     exploits_by_trial,
     history_rows,
+    last_result_with_config,
     no_best,
 )
 from tunefleet._metrics import (
@@ -258,7 +259,7 @@ def _result(experiment: _Snapshot, trial: Trial) -> Result:
     error = None
     if trial.status is TrialStatus.ERROR and trial.error is not None:
         error = TrialError.of(trial.error, trial.trial_id)
-    metrics = {**trial.last_result, "config": trial.config} if trial.last_result else {}
+    metrics = last_result_with_config(trial)  # the trial's own dict: one copy per trial
     return Result(
         metrics=metrics,
         config=trial.config,

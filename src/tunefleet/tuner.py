@@ -136,6 +136,8 @@ class Tuner:
 
         analysis = ExperimentAnalysis(self._experiment_path)
         analysis._adopt_live(self._live_trials)
+        if self._live_trials:  # keep what was adopted, not the run's whole trial records
+            self._live_trials = analysis.trials
         return ResultGrid(analysis, metric=self.tune_config.metric, mode=self.tune_config.mode)
 
     @classmethod

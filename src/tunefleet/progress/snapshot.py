@@ -33,7 +33,7 @@ class _Snapshot:
         with StoreReader(self.path) as reader:
             self.meta = reader.meta()
             self.trials = reader.trials()
-            self.checkpoints = reader.all_checkpoints()
+            self.checkpoints = reader.all_checkpoints(every_trial=False)  # read with .get
         self.constraints: list[str] = list(self.meta.get("constraints") or [])
         self._history: dict[str, list[dict[str, Any]]] | None = None
 

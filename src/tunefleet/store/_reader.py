@@ -75,11 +75,21 @@ class StoreReader:
         return self._conn
 
     def _rows(self, sql: str, params: Iterable[Any] = ()) -> list[Any]:
+        return list(self._each_row(sql, params, chunk=0))
+
+    def _each_row(self, sql: str, params: Iterable[Any] = (), chunk: int = 512) -> Iterator[Any]:
+        """The rows of `sql`, `chunk` at a time (0: all at once), so that a big table's
+        text (every trial's JSON at 100,000 trials) is never in memory all at once."""
         try:
-            return self._db.execute(sql, tuple(params)).fetchall()
+            cursor = self._db.execute(sql, tuple(params))
+            if not chunk:
+                yield from cursor.fetchall()
+                return
+            while rows := cursor.fetchmany(chunk):
+                yield from rows
         except sqlite3.OperationalError as exc:
             if "no such table" in str(exc):  # the writer is still creating the schema
-                return []
+                return
             if "malformed" not in str(exc) and "not a database" not in str(exc):
                 raise  # locked, busy, I/O: not a damaged database
             raise corrupt(self._db, self.db_path, exc) from exc
@@ -121,7 +131,7 @@ class StoreReader:
     # -- trials ---------------------------------------------------------------------------
     def trials(self) -> list[Trial]:
         """Every trial, in index order, in its latest flushed state."""
-        rows = self._rows("SELECT trial_id, data FROM trials ORDER BY idx, rowid")
+        rows = self._each_row("SELECT trial_id, data FROM trials ORDER BY idx, rowid")
         return [self._relocate(trial_from_row(self.db_path, tid, data)) for tid, data in rows]
 
     def trials_reusing(self, known: dict[str, tuple[Any, Trial]]) -> list[Trial]:
@@ -303,10 +313,13 @@ class StoreReader:
         return [(int(it), self._move(path), decode(metrics)) for it, path, metrics in rows]
 
     def all_checkpoints(
-        self, include_deleted: bool = False
+        self, include_deleted: bool = False, *, every_trial: bool = True
     ) -> dict[str, list[tuple[int, str, dict[str, Any]]]]:
-        """`checkpoints` of every trial at once (trial id -> list), in trial order."""
-        out: dict[str, list[tuple[int, str, dict[str, Any]]]] = {t: [] for t in self.trial_ids()}
+        """`checkpoints` of every trial at once (trial id -> list), in trial order;
+        `every_trial=False` leaves out the trials without one (no empty list per trial)."""
+        out: dict[str, list[tuple[int, str, dict[str, Any]]]] = (
+            {t: [] for t in self.trial_ids()} if every_trial else {}
+        )
         where = "" if include_deleted else " WHERE deleted = 0"
         rows = self._rows(
             "SELECT trial_id, iteration, path, metrics FROM checkpoints"
