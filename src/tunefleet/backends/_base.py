@@ -38,6 +38,8 @@ class TrialLaunch:
     checkpoint: str | None = None  # resume from this checkpoint directory
     # if it does not verify: the older ones, newest first, as (path, iteration, time_total)
     fallbacks: tuple[tuple[str, int, float], ...] = ()
+    # a PBT exploit: copy this checkpoint (another trial's) to `checkpoint` first
+    copy_from: str | None = None
     iteration: int = 0  # training_iteration already done (restored from the checkpoint)
     time_total: float = 0.0
     sync: bool = False  # wait for a decision after every result

@@ -4,9 +4,13 @@ The driver names the checkpoints a trial may restart from (its newest, then the 
 ones retention kept) and decides nothing by reading them: verifying a checkpoint
 reads every byte (SHA-256), which would hold up every other trial's results while a
 big one is read. The attempt checks them itself, newest first, restores from the
-first that verifies and, if that is not the newest, tells the driver with a
-`RESTORED` item before any result, so that the driver rewinds the trial's results
-to it and records why the others were skipped.
+first that verifies, deletes the ones that do not and, if that is not the newest,
+tells the driver with a `RESTORED` item before any result, so that the driver
+rewinds the trial's results to it and records why the others were skipped.
+
+A PBT exploit's copy of another trial's checkpoint is made here too
+(`TrialLaunch.copy_from`): the driver only decides, and keeps the source until the
+attempt has copied it.
 """
 
 from __future__ import annotations
@@ -16,7 +20,12 @@ from typing import Any
 
 from tunefleet.backends._base import RESTORED, TrialLaunch
 from tunefleet.result import TRAINING_ITERATION
-from tunefleet.storage.checkpoint import latest_valid, remove_temporaries
+from tunefleet.storage.checkpoint import (
+    delete_checkpoints,
+    latest_valid,
+    persist_checkpoint,
+    remove_temporaries,
+)
 from tunefleet.storage.remote import register_filesystem
 
 
@@ -34,8 +43,18 @@ def restore_point(launch: TrialLaunch) -> tuple[TrialLaunch, dict[str, Any] | No
         return launch, None
     if launch.storage_dir and launch.storage_filesystem is not None:  # its credentials
         register_filesystem(launch.storage_dir, launch.storage_filesystem)
+    if launch.copy_from:  # a PBT exploit: the source's checkpoint, copied (and hashed) here
+        home = launch.storage_dir or launch.trial_dir
+        copied = persist_checkpoint(
+            launch.copy_from, home, launch.iteration, source_filesystem=launch.storage_filesystem
+        )
+        assert copied == launch.checkpoint, (copied, launch.checkpoint)
+        return dataclasses.replace(launch, copy_from=None), None
     candidates = [(launch.checkpoint, launch.iteration, launch.time_total), *launch.fallbacks]
     chosen, skipped = latest_valid([path for path, _, _ in candidates])
+    # Not usable: gone before anything is written, for this attempt may write those names
+    # again (the driver records why, and that they are gone, when it hears of them).
+    delete_checkpoints([path for path, _ in skipped])
     iteration, time_total = 0, 0.0
     for path, it, total in candidates:
         if path == chosen:

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import logging
+import queue
 import sqlite3
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -50,10 +52,33 @@ class Commits:
         self._to_delete: list[str] = []  # checkpoints to delete after the next commit
         self._committed = 0.0  # time.monotonic() of the last commit
         self._failing: str | None = None  # why the store could not write, while it cannot
+        self.deleter = Deleter()
+        self._pins: dict[str, str] = {}  # trial id -> the checkpoint its next attempt copies
+        self._held: set[str] = set()  # dropped while pinned: deleted once no longer
 
     def delete_later(self, paths: list[str]) -> None:
         """Delete these checkpoints once the store has recorded why (the next commit)."""
         self._to_delete.extend(paths)
+
+    def before_relaunch(self, home: str) -> None:
+        """A trial whose checkpoints go to `home` runs again: the deletes of its dropped
+        checkpoints run first (committed now if they wait for it), since the new attempt
+        may write those names again."""
+        folder = _folder(f"{home.rstrip('/')}/checkpoints/x")
+        if any(_folder(path) == folder for path in self._to_delete):
+            self.flush()
+        self.deleter.wait_for(folder)
+
+    def pin(self, trial_id: str, path: str) -> None:
+        """Keep `path` until the trial's next attempt has copied it (a PBT exploit's
+        source): its first event (`unpin`) says it has."""
+        self._pins[trial_id] = path
+
+    def unpin(self, trial_id: str) -> None:
+        path = self._pins.pop(trial_id, None)
+        if path is not None and path in self._held and path not in self._pins.values():
+            self._held.discard(path)
+            self.delete_later([path])
 
     def flush(self, *, now: bool = True, final: bool = False) -> None:
         clock = time.monotonic()
@@ -82,9 +107,70 @@ class Commits:
         if self._to_delete:
             # a name written again since it was dropped (a PBT exploit's copy, say) stays
             doomed = [p for p in self._to_delete if not self._keeper.is_kept(p)]
-            for path, reason in delete_checkpoints(doomed):
-                logger.warning("could not delete checkpoint %s: %s", path, reason)
+            pinned = set(self._pins.values())
+            self._held.update(p for p in doomed if p in pinned)
+            self.deleter.delete([p for p in doomed if p not in pinned])
             self._to_delete.clear()
+
+    def close(self) -> None:
+        """The run's last commit: what is left is written and every delete has run."""
+        for trial_id in list(self._pins):  # never relaunched: nothing copies them now
+            self.unpin(trial_id)
+        self.flush()
+        self.deleter.close()
+
+
+class Deleter:
+    """Deletes checkpoints on a thread of its own, in the order asked, so that the
+    controller's thread does no file IO for retention (a delete of a big folder takes
+    a while). `wait_for` holds a relaunch until no delete under its folder is pending:
+    the new attempt may write those names again."""
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[str | None] = queue.SimpleQueue()
+        self._pending: dict[str, int] = {}  # checkpoints folder -> deletes queued there
+        self._done = threading.Condition()
+        self._thread: threading.Thread | None = None
+
+    def delete(self, paths: list[str]) -> None:
+        if not paths:
+            return
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="tunefleet-deletes", daemon=True)
+            self._thread.start()
+        with self._done:
+            for path in paths:
+                folder = _folder(path)
+                self._pending[folder] = self._pending.get(folder, 0) + 1
+                self._queue.put(path)
+
+    def wait_for(self, folder: str) -> None:
+        """Until the deletes queued in the checkpoints folder `folder` have run."""
+        with self._done:
+            self._done.wait_for(lambda: folder not in self._pending)
+
+    def close(self) -> None:
+        """Run what is queued, then end the thread."""
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join()
+            self._thread = None
+
+    def _run(self) -> None:
+        while (path := self._queue.get()) is not None:
+            for failed, reason in delete_checkpoints([path]):
+                logger.warning("could not delete checkpoint %s: %s", failed, reason)
+            folder = _folder(path)
+            with self._done:
+                self._pending[folder] -= 1
+                if not self._pending[folder]:
+                    del self._pending[folder]
+                self._done.notify_all()
+
+
+def _folder(path: str) -> str:
+    """The checkpoints folder a checkpoint is in (a local path or a URL)."""
+    return path.rstrip("/").rsplit("/", 1)[0]
 
 
 def save_states(

@@ -102,7 +102,7 @@ class Controller:
         name = type(scheduler).__name__
         self._plans = PausePlans(name, self.trials, backend.unfit_reason, keeper.is_kept)
         self._endings = util.Endings(searcher, scheduler, self._filter.clean)  # once per trial
-        self._restore_from: dict[str, str] = {}  # exploited trials: resume from this copy
+        self._restore_from: dict[str, tuple[str, str]] = {}  # exploited: (copy, its source)
         self._held_back: Trial | None = None  # chosen, waits until its resources are free
         self._retries = Retries.of(spec, backend)
         self._total = total_trials(searcher, spec.num_samples)  # what the live view shows
@@ -139,7 +139,7 @@ class Controller:
                     self._set_status(trial, TrialStatus.PAUSED)
                 self.running.clear()
                 self._save_states()
-                self._commits.flush()
+                self._commits.close()
                 for cb in self.callbacks:
                     cb.on_experiment_end(trials=self.trial_list)
         if self.fatal_trial_error is not None:
@@ -262,16 +262,14 @@ class Controller:
 
     def _launch(self, trial: Trial) -> None:
         resumed = trial.epoch > 0  # ran before: a retry, a resume, or after a pause
-        fallbacks = self._restart_point(trial) if resumed else ()
+        restart = self._restart_point(trial) if resumed else {}
         if resumed:
             done = met_before_restart(trial, self.spec.stop_criteria)
             if done is not None:  # e.g. the driver died between its last result and its end
                 self._end_waiting(trial, done)
                 return
-            if self.spec.storage_url is not None:
-                # Deletes of its checkpoints wait for the remote database; the names may be
-                # written again now, so they run before it starts (and half-written uploads go).
-                self._commits.flush()
+            self._commits.before_relaunch(self._checkpoint_home(trial))  # its deletes ran
+            if self.spec.storage_url is not None:  # remote: its deferred deletes, cut uploads
                 remove_temporaries(self._checkpoint_home(trial))
         self.waiting.ready.discard(trial.trial_id)
         self.stopping.discard(trial.trial_id)
@@ -284,7 +282,7 @@ class Controller:
         storage_dir = self._checkpoint_home(trial) if self.spec.storage_url else None
         sync = self.scheduler.needs_sync_decisions
         launch = trial_launch(trial, self.spec, sync=sync, storage_dir=storage_dir)
-        self.backend.start_trial(replace(launch, fallbacks=fallbacks))
+        self.backend.start_trial(replace(launch, **restart))
         self.store.add_event(
             trial.trial_id,
             "started",
@@ -297,15 +295,16 @@ class Controller:
     def _checkpoint_home(self, trial: Trial) -> str:
         return checkpoint_home(trial.path, self.spec.path, self.spec.storage_url)
 
-    def _restart_point(self, trial: Trial) -> tuple[tuple[str, int, float], ...]:
+    def _restart_point(self, trial: Trial) -> dict[str, Any]:
         """Before a trial runs again: its newest checkpoint, results rewound to it; returns
-        the older ones, for the attempt to fall back to (it verifies them, not the driver)."""
-        if trial.trial_id in self._restore_from:  # exploited: the copied checkpoint, as is
-            trial.latest_checkpoint = self._restore_from.pop(trial.trial_id)
-            return ()
+        what its launch adds: the older ones, for the attempt to fall back to (it verifies
+        them, not the driver), or the checkpoint a PBT exploit gave it, for it to copy."""
+        if trial.trial_id in self._restore_from:  # exploited: the copy, made by the attempt
+            trial.latest_checkpoint, source = self._restore_from.pop(trial.trial_id)
+            return {"copy_from": source}
         from_scratch = trial.trial_id in self.spec.restart_from_scratch
         self.spec.restart_from_scratch.discard(trial.trial_id)
-        return restart_point(trial, self.store, from_scratch=from_scratch)
+        return {"fallbacks": restart_point(trial, self.store, from_scratch=from_scratch)}
 
     # -- phase 2: apply events ---------------------------------------------------------------
     def _apply(self, event: Event) -> None:
@@ -313,6 +312,7 @@ class Controller:
         if trial is None or trial.epoch != event.epoch:
             self._drop_stale(event)
             return
+        self._commits.unpin(trial.trial_id)  # its attempt has made the copy it had to, if any
         if isinstance(event, Results):
             for metrics, checkpoint in event.items:
                 # late: asked to stop, or failed (a NaN) or ended earlier in this batch
@@ -320,9 +320,7 @@ class Controller:
                     if checkpoint:
                         self.keeper.discard(checkpoint)
                     continue
-                unusable = restored(trial, metrics, self.store, self.keeper)
-                if unusable is not None:  # from an older checkpoint than it was given
-                    self._commits.delete_later(unusable)
+                if restored(trial, metrics, self.store, self.keeper):  # an older checkpoint
                     continue
                 if metrics.get(CHECKPOINT_ONLY):  # asked for after the last result
                     if checkpoint:
@@ -383,9 +381,13 @@ class Controller:
         `source`: the source as it was when the scheduler decided (else as it is now)."""
         source = source or self.trials[exploit.source_trial_id]
         home = self._checkpoint_home(trial)
-        copied, dropped = copy_for_exploit(trial, source, exploit, home, self.store, self.keeper)
+        copied, origin, dropped = copy_for_exploit(
+            trial, source, exploit, home, self.store, self.keeper
+        )
+        origin = self._restore_from.get(source.trial_id, ("", origin))[1]  # its own, unmade
+        self._restore_from[trial.trial_id] = (copied, origin)
         self._commits.delete_later(dropped)
-        self._restore_from[trial.trial_id] = copied
+        self._commits.pin(trial.trial_id, origin)  # kept until its next attempt has copied it
 
     def _fail_on_nan(self, trial: Trial, result: dict[str, Any], nan: NanObjective) -> None:
         """An objective is NaN or infinite (nan_policy="error"): the trial fails."""

@@ -16,7 +16,7 @@ from tunefleet.backends._base import RESTORED
 from tunefleet.schedulers._base import Exploit
 from tunefleet.storage.checkpoint import (
     CheckpointKeeper,
-    persist_checkpoint,
+    checkpoint_path,
 )
 from tunefleet.store import ExperimentStore
 from tunefleet.trial import StopCause, Trial
@@ -71,14 +71,13 @@ def restart_point(
 
 def restored(
     trial: Trial, item: dict[str, Any], store: ExperimentStore, keeper: CheckpointKeeper
-) -> list[str] | None:
-    """If `item` says that the attempt restarted from an older checkpoint than it was
-    given (`RESTORED`), the newer ones failing to verify: rewind the trial to it, record
-    why, and return those to delete after the next commit. Else None (a result)."""
+) -> bool:
+    """Whether `item` says that the attempt restarted from an older checkpoint than it
+    was given (`RESTORED`), the newer ones failing to verify (and deleted by it); if so,
+    rewind the trial to it and record why. Else it is a result."""
     info = item.get(RESTORED)
     if info is None:
-        return None
-    skipped = [str(path) for path, _ in info["skipped"]]
+        return False
     for path, reason in info["skipped"]:
         keeper.forget(trial.trial_id, path)
         logger.warning(
@@ -92,7 +91,7 @@ def restored(
     chosen, iteration = info["checkpoint"], int(info["iteration"])
     saved = {path: metrics for path, _, metrics in store.checkpoints_of(trial.trial_id)}
     rewind_to(trial, store, chosen, iteration, saved.get(chosen) if chosen else None)
-    return skipped
+    return True
 
 
 def record_checkpoint(
@@ -141,14 +140,16 @@ def copy_for_exploit(
     home: str,
     store: ExperimentStore,
     keeper: CheckpointKeeper,
-) -> tuple[str, list[str]]:
-    """Give the paused trial a copy of the source's checkpoint (in `home`) and the new config.
+) -> tuple[str, str, list[str]]:
+    """Give the paused trial the source's checkpoint (a copy in `home`) and the new config.
 
-    Returns the copy (the trial restarts from exactly it) and the checkpoints
-    retention dropped, to delete after the next commit.
+    Copies nothing: the trial's next attempt makes the copy (`TrialLaunch.copy_from`)
+    and restarts from exactly it. Returns the copy's path, the source's checkpoint (to
+    keep until then) and the checkpoints retention dropped, to delete after the next
+    commit.
     """
     assert source.latest_checkpoint is not None
-    copied = persist_checkpoint(source.latest_checkpoint, home, source.checkpoint_iteration)
+    copied = checkpoint_path(home, source.checkpoint_iteration)
     # The metrics the source's checkpoint was saved with (its last result may be later):
     # retention scores the copy by them, and best_checkpoints lists them.
     saved = {path: metrics for path, _, metrics in store.checkpoints_of(source.trial_id)}
@@ -173,4 +174,4 @@ def copy_for_exploit(
     dropped = keeper.add(trial.trial_id, copied, result)
     for path in dropped:
         store.mark_checkpoint_deleted(path)
-    return copied, dropped
+    return copied, source.latest_checkpoint, dropped

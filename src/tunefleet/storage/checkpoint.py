@@ -183,6 +183,11 @@ def read_dict_state(directory: str) -> dict[str, Any] | None:
     return None
 
 
+def checkpoint_path(trial_dir: str, iteration: int) -> str:
+    """Where `persist_checkpoint` puts the trial's checkpoint of `iteration` (no IO)."""
+    return filesystem_for(trial_dir).join(trial_dir, "checkpoints", checkpoint_dir_name(iteration))
+
+
 def persist_checkpoint(
     source: str, trial_dir: str, iteration: int, *, source_filesystem: Any = None
 ) -> str:
@@ -203,7 +208,7 @@ def persist_checkpoint(
             folder has been removed and earlier checkpoints are untouched.
     """
     target = filesystem_for(trial_dir)
-    final = target.join(trial_dir, "checkpoints", checkpoint_dir_name(iteration))
+    final = checkpoint_path(trial_dir, iteration)
     origin = filesystem_for(source, source_filesystem)
     if origin.canonical(source) == target.canonical(final):
         return final  # a restored checkpoint reported again as it is
