@@ -134,8 +134,7 @@ class Tuner:
             )
         from tunefleet.results import ExperimentAnalysis, ResultGrid
 
-        analysis = ExperimentAnalysis(self._experiment_path)
-        analysis._adopt_live(self._live_trials)
+        analysis = ExperimentAnalysis._of_run(self._experiment_path, self._live_trials)
         if self._live_trials:  # keep what was adopted, not the run's whole trial records
             self._live_trials = analysis.trials
         return ResultGrid(analysis, metric=self.tune_config.metric, mode=self.tune_config.mode)

@@ -40,9 +40,11 @@ class _Watch(tune.Callback):
 
     def __init__(self) -> None:
         self.seen: list[weakref.ref[Any]] = []
+        self.paths: dict[str, str] = {}  # trial id -> the record's own path string
 
     def on_trial_complete(self, iteration: int, trials: Any, trial: Any, **info: Any) -> None:
         self.seen.append(weakref.ref(trial))
+        self.paths[trial.trial_id] = trial.path
 
 
 def test_fit_keeps_no_run_record_once_its_results_are_built(tmp_path: Path) -> None:
@@ -54,6 +56,9 @@ def test_fit_keeps_no_run_record_once_its_results_are_built(tmp_path: Path) -> N
     # and last result live on in the grid's trials, once
     assert all(ref() is None for ref in watch.seen)
     assert len(grid) == 40 and tuner.get_results().num_errors == 0
+    for trial in grid._analysis.trials:  # the store's equal copy was dropped as it was read
+        assert trial.path is watch.paths[trial.trial_id]
+        assert trial.last_result["config"] is trial.config
     best = grid.get_best_result()
     assert best.metrics["config"] == best.config and best.metrics["training_iteration"] == 3
 

@@ -19,6 +19,8 @@ from tunefleet.store import StoreReader, resolve_experiment
 from tunefleet.trial import Trial
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     import pandas as pd
 
 SCOPES = ("last", "avg", "last-5-avg", "last-10-avg", "all")
@@ -28,11 +30,15 @@ MODES = ("min", "max")
 class _Snapshot:
     """What the result classes read: meta, trials and checkpoints; results on demand."""
 
-    def __init__(self, experiment_path: str | os.PathLike[str]) -> None:
+    def __init__(
+        self,
+        experiment_path: str | os.PathLike[str],
+        each: Callable[[Trial], Trial] | None = None,
+    ) -> None:
         self.path = resolve_experiment(os.fspath(experiment_path))
         with StoreReader(self.path) as reader:
             self.meta = reader.meta()
-            self.trials = reader.trials()
+            self.trials = reader.trials(each)
             self.checkpoints = reader.all_checkpoints(every_trial=False)  # read with .get
         self.constraints: list[str] = list(self.meta.get("constraints") or [])
         self._history: dict[str, list[dict[str, Any]]] | None = None

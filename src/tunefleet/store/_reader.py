@@ -16,7 +16,7 @@ from __future__ import annotations
 import difflib
 import os
 import sqlite3
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -129,10 +129,12 @@ class StoreReader:
         return float(rows[0][0]) if rows and rows[0][0] is not None else None
 
     # -- trials ---------------------------------------------------------------------------
-    def trials(self) -> list[Trial]:
-        """Every trial, in index order, in its latest flushed state."""
+    def trials(self, each: Callable[[Trial], Trial] | None = None) -> list[Trial]:
+        """Every trial, in index order, in its latest flushed state (`each`: applied to
+        each trial as it is read, before the next one is)."""
         rows = self._each_row("SELECT trial_id, data FROM trials ORDER BY idx, rowid")
-        return [self._relocate(trial_from_row(self.db_path, tid, data)) for tid, data in rows]
+        found = (self._relocate(trial_from_row(self.db_path, tid, data)) for tid, data in rows)
+        return [each(t) for t in found] if each else list(found)
 
     def trials_reusing(self, known: dict[str, tuple[Any, Trial]]) -> list[Trial]:
         """`trials`, decoding only the trials whose row changed since `known` was filled.
