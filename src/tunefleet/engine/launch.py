@@ -23,7 +23,8 @@ def new_trial(spec: ExperimentSpec, trial_id: str, index: int, config: dict[str,
         index=index,
         name=f"{spec.trainable_name}_{trial_id}",
         config=config,
-        resources=spec.per_trial.of(trial_id, config) if spec.per_trial else dict(spec.resources),
+        # one dict shared by every trial (never changed in place; a resize assigns a new one)
+        resources=spec.per_trial.of(trial_id, config) if spec.per_trial else spec.resources,
         path="",
         trainable_name=spec.trainable_name,
     )
