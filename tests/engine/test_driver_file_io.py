@@ -8,7 +8,6 @@ copy is made is kept until it is (`Commits.pin`).
 
 from __future__ import annotations
 
-import itertools
 import threading
 from pathlib import Path
 from typing import Any
@@ -17,9 +16,9 @@ import pytest
 
 import tunefleet as tune
 from tests.helpers.processes import meeting
-from tests.schedulers.test_pbt import pbt, shifting_target
+from tests.schedulers.test_pbt import assert_every_resume_used_its_copy, pbt, shifting_target
 from tunefleet.engine import commit
-from tunefleet.storage import _local
+from tunefleet.storage import _local, retention
 from tunefleet.storage.checkpoint import CheckpointKeeper, persist_checkpoint
 from tunefleet.store import ExperimentStore, StoreReader
 
@@ -29,7 +28,7 @@ def driver_io(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[str]]:
     """The checkpoint copies and deletes made in this (the driver's) process, each with
     the thread that made it; the trials run in worker processes."""
     seen: dict[str, list[str]] = {"copies": [], "deletes": []}
-    persist, delete = _local.LocalFilesystem.persist, commit.delete_checkpoints
+    persist, delete = _local.LocalFilesystem.persist, retention.delete_checkpoints
 
     def copying(self: Any, source: str, final: str) -> str:
         seen["copies"].append(f"{final} ({threading.current_thread().name})")
@@ -64,15 +63,7 @@ def test_pbt_exploits_copy_in_the_trial_and_retention_deletes_off_the_controller
     assert driver_io["deletes"], "retention deleted nothing"
     assert all(d.endswith("(tunefleet-deletes)") for d in driver_io["deletes"])
     with StoreReader(grid.experiment_path) as reader:
-        exploits = reader.events(kinds="exploit")
-        assert exploits, "no trial exploited another"
-        for tid in {e["trial_id"] for e in exploits}:
-            # each run segment starts at the copied checkpoint's iteration: every resume
-            # restored from the copy its attempt made
-            mine = [e["data"] for e in exploits if e["trial_id"] == tid]
-            expected = mine[0]["at_iteration"] + (18 - mine[-1]["iteration"])
-            expected += sum(b["at_iteration"] - a["iteration"] for a, b in itertools.pairwise(mine))
-            assert len(reader.results(tid)) == expected, (tid, mine)
+        assert_every_resume_used_its_copy(reader)  # the copy its own attempt made
         for trial in reader.trials():  # retention held, deletes all done by the end
             on_disk = sorted(p.name for p in Path(trial.path, "checkpoints").iterdir())
             kept = [Path(path).name for _, path, _ in reader.checkpoints(trial.trial_id)]

@@ -19,6 +19,7 @@ import pytest
 
 import tunefleet as tune
 from tunefleet.storage import checkpoint as ckpt_mod
+from tunefleet.storage import filesystem
 from tunefleet.storage.checkpoint import MANIFEST_FILE, verify_checkpoint
 from tunefleet.store import StoreReader
 
@@ -58,7 +59,7 @@ def run(storage: str, rot: int) -> tune.ResultGrid:
 def driver_verifies(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The checkpoints verified in this (the driver's) process; trials run in workers."""
     seen: list[str] = []
-    original = ckpt_mod.verify
+    original = filesystem.verify
 
     def recording(fs: Any, path: str, *, checksums: bool = True) -> str | None:
         seen.append(f"{path} ({threading.current_thread().name})")

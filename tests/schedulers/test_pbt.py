@@ -128,6 +128,18 @@ def shifting_target(config: dict[str, Any]) -> None:
             meet(config, config["lr"])  # the whole population known at the first exploit
 
 
+def assert_every_resume_used_its_copy(reader: StoreReader, iterations: int = 18) -> None:
+    """Each run segment goes from the copied checkpoint's iteration to the next exploit
+    (or the end): the count of each exploited trial's results proves it."""
+    exploits = reader.events(kinds="exploit")
+    assert exploits, "no trial exploited another"
+    for tid in {e["trial_id"] for e in exploits}:
+        mine = [e["data"] for e in exploits if e["trial_id"] == tid]
+        expected = mine[0]["at_iteration"] + (iterations - mine[-1]["iteration"])
+        expected += sum(b["at_iteration"] - a["iteration"] for a, b in itertools.pairwise(mine))
+        assert len(reader.results(tid)) == expected, (tid, mine)
+
+
 def test_pbt_end_to_end_with_real_pauses_and_lineage(storage: str, tmp_path: Path) -> None:
     grid = tune.Tuner(
         tune.with_resources(shifting_target, {"cpu": 0.5}),  # all four at once
@@ -139,15 +151,7 @@ def test_pbt_end_to_end_with_real_pauses_and_lineage(storage: str, tmp_path: Pat
     ).fit()
     assert grid.num_errors == 0 and grid.num_terminated == 4
     with StoreReader(grid.experiment_path) as reader:
-        exploits = reader.events(kinds="exploit")
-        assert exploits, "no trial exploited another"
-        for tid in {e["trial_id"] for e in exploits}:
-            # Each run segment goes from the copied checkpoint's iteration to the next
-            # exploit (or the end): the count proves every resume used the copy.
-            mine = [e["data"] for e in exploits if e["trial_id"] == tid]
-            expected = mine[0]["at_iteration"] + (18 - mine[-1]["iteration"])
-            expected += sum(b["at_iteration"] - a["iteration"] for a, b in itertools.pairwise(mine))
-            assert len(reader.results(tid)) == expected, (tid, mine)
+        assert_every_resume_used_its_copy(reader)
     best = grid.get_best_result()
     schedule = pbt_schedule(grid.experiment_path, metrics_of(best)["trial_id"], "lr")
     assert schedule[0]["from_iteration"] == 0 and schedule[-1]["to_iteration"] == 18

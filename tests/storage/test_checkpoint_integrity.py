@@ -536,47 +536,6 @@ def test_disk_full_then_retry_resumes_from_the_previous_checkpoint(
     assert leftovers(trial.path) == []
 
 
-def corrupts_its_newest(config: dict[str, Any]) -> None:
-    start = 0
-    if (ckpt := tune.get_checkpoint()) is not None:
-        assert verify_checkpoint(ckpt.path) is None, "handed a checkpoint that does not verify"
-        start = int(Path(ckpt.path, "step").read_text())
-    for step in range(start, 4):
-        with tempfile.TemporaryDirectory() as d:
-            Path(d, "step").write_text(str(step + 1))
-            tune.report({"step": step}, checkpoint=tune.Checkpoint.from_directory(d))
-        if step == 2 and tune.get_context().attempt == 0:
-            newest = Path(tune.get_context().trial_dir, "checkpoints", "checkpoint_000003")
-            while not (newest / MANIFEST_FILE).exists():  # persisted in the background
-                time.sleep(0.005)
-            (newest / "step").write_text("9")  # bit rot after the write
-            raise RuntimeError("crash after the newest checkpoint went bad")
-
-
-def test_retry_skips_a_corrupt_newest_checkpoint(storage: str) -> None:
-    grid = tune.Tuner(
-        corrupts_its_newest,
-        run_config=tune.RunConfig(
-            storage_path=storage, verbose=0, failure_config=tune.FailureConfig(max_failures=1)
-        ),
-    ).fit()
-    (result,) = list(grid)
-    assert result.error is None
-    with StoreReader(grid.experiment_path) as reader:
-        trial_id = reader.trial_ids()[0]
-        (started,) = reader.events(trial_id, kinds="started")[1:]
-        (invalid,) = reader.events(trial_id, kinds="checkpoint_invalid")
-        (rewound,) = reader.events(trial_id, kinds="rewound")
-        steps = [r["step"] for r in reader.results(trial_id)]
-    # the driver names the newest and reads none; the attempt verifies it, restores from
-    # the one before (the trainable asserts it verifies) and says so before any result
-    assert started["data"]["checkpoint"].endswith("checkpoint_000003")
-    assert invalid["data"]["path"].endswith("checkpoint_000003")
-    assert "sha256 mismatch" in invalid["data"]["why"]
-    assert rewound["data"]["checkpoint"].endswith("checkpoint_000002")
-    assert steps == [0, 1, 2, 3]
-
-
 def test_a_dropped_name_written_again_is_kept_not_deleted() -> None:
     # A PBT exploit copies the source's checkpoint under an iteration name that
     # retention had just dropped for the trial itself; the controller deletes only
