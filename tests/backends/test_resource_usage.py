@@ -1,5 +1,5 @@
 """Each result's ``resources``: CPU%, peak RSS of the trial's process tree, sampled on the
-trial's side by a thread that lives as long as the trial (backends/_usage.py)."""
+trial's side by the worker's one sampling thread (backends/_usage.py)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import pytest
 
 import tunefleet as tune
 from tunefleet import session as session_mod
+from tunefleet.backends import _usage
 from tunefleet.backends._usage import SAMPLE_ENV, UsageSampler, sample_interval
 
 MiB = 1 << 20
@@ -133,19 +134,25 @@ def test_one_sampler_per_trial_in_a_reused_worker(tmp_path: Path) -> None:
     assert len({r.metrics["pid"] for r in grid}) < 4  # a worker ran several of them
 
 
-def test_the_thread_ends_with_the_trial_and_never_raises() -> None:
-    sampler = UsageSampler(memory_limit=None, interval=0.01).start()
-    thread = sampler._thread
+def test_one_thread_samples_each_attempt_in_turn_and_never_raises() -> None:
+    first = UsageSampler(memory_limit=None, interval=0.01).start()
+    thread = first._thread
     assert thread is not None and thread.is_alive()
     child = subprocess.Popen([sys.executable, "-c", "pass"])  # exits between samples
     child.wait()
-    usage = sampler.snapshot()
+    _wait(lambda: first._peak > 0, "a sample of the first attempt")
+    usage = first.snapshot()
     assert usage["cpu_percent"] >= 0 and usage["peak_rss_mb"] > 0
-    sampler.stop()
-    assert not thread.is_alive()
-    assert _THREAD not in [t.name for t in threading.enumerate()]
+    first.stop()
+    assert first._thread is None and _usage._SAMPLING._current is None
+    # the next attempt in this worker gets the same thread, not a new one
+    second = UsageSampler(memory_limit=None, interval=0.01).start()
+    assert second._thread is thread
+    _wait(lambda: second._peak > 0, "a sample of the second attempt")
+    second.stop()
+    assert [t for t in threading.enumerate() if t.name == _THREAD] == [thread]
     result: dict[str, Any] = {"resources": {"mine": 1}}
-    sampler.fill(result)  # the trainable's own "resources" is kept
+    second.fill(result)  # the trainable's own "resources" is kept
     assert result == {"resources": {"mine": 1}}
 
 
