@@ -36,9 +36,16 @@ def restored(searcher: OptunaSearch, factory: Any, space: dict[str, Any]) -> Opt
 
 
 def all_trials(searcher: OptunaSearch) -> list[dict[str, Any]]:
-    """Every trial of the saved state (finished ones in the log), in number order."""
+    """Every trial of the saved state, in number order: an unfinished one as last
+    logged in "opened", a finished one as what changed since, in "finished"."""
     state = searcher.get_state()
-    return sorted([*state["finished"], *state["trials"]], key=lambda t: int(t["number"]))
+    latest = {int(t["number"]): t for t in state["opened"]}
+    for t in state["finished"]:
+        if t.get("of_opened"):
+            base = {k: v for k, v in latest[t["number"]].items() if k not in t.get("dropped", [])}
+            t = {**base, **{k: v for k, v in t.items() if k not in ("of_opened", "dropped")}}
+        latest[int(t["number"])] = t
+    return [latest[number] for number in sorted(latest)]
 
 
 def states(searcher: OptunaSearch) -> list[str]:
@@ -360,7 +367,8 @@ def test_a_resumed_search_suggests_what_the_uninterrupted_one_does() -> None:
     searcher.suggest("live-b")
     state = searcher.get_state()
     assert isinstance(state["finished"], StateLog) and len(state["finished"]) == 12
-    assert [t["number"] for t in state["trials"]] == [12, 13]  # only the unfinished
+    assert [t["number"] for t in state["opened"]][-2:] == [12, 13]  # logged as they ran
+    assert state["asked"][-2:] == [["live-a", 12], ["live-b", 13]]
     copy = make(factory, SMALL_SPACE)
     copy.set_state(through_store(state))
     for search in (searcher, copy):
@@ -376,24 +384,61 @@ def test_a_resumed_search_suggests_what_the_uninterrupted_one_does() -> None:
     assert len(theirs["finished"]) == 28  # the restored log goes on growing at its end
 
 
-def test_a_state_of_the_previous_format_still_loads() -> None:
-    factory = lambda: OptunaSearch(seed=0)  # noqa: E731
-    searcher = make(factory, SMALL_SPACE)
-    drive(searcher, 3)
+def test_the_head_stays_the_same_as_trials_come_and_go() -> None:
+    searcher = make(lambda: OptunaSearch(sampler="tpe", seed=3), SMALL_SPACE)
+    drive(searcher, 4)
+    head = json.dumps(split(searcher.get_state())[0])
     searcher.suggest("a")
-    state = json.loads(json.dumps(searcher.get_state()))
-    every = sorted([*state.pop("finished"), *state.pop("trials")], key=lambda t: t["number"])
-    old = {
-        **state,
-        "version": 1,
-        "trials": [{k: v for k, v in t.items() if k != "number"} for t in every],
-    }
-    copy = make(factory, SMALL_SPACE)
-    copy.set_state(old)
-    assert states(copy) == ["COMPLETE"] * 3 + ["RUNNING"]
-    copy.on_trial_complete("a", {"loss": 0.5})
+    assert json.dumps(split(searcher.get_state())[0]) == head  # an ask: rows only
     searcher.on_trial_complete("a", {"loss": 0.5})
-    assert copy.suggest("b") == searcher.suggest("b")
+    assert json.dumps(split(searcher.get_state())[0]) == head  # an end: rows only
+    assert "RUNNING" not in head and "COMPLETE" not in head
+
+
+def previous(state: dict[str, Any], version: int) -> dict[str, Any]:
+    """`state` in an older format: 2, the unfinished trials, the asks and the live
+    trials in the head; 1, every trial in "trials" by number."""
+    state = json.loads(json.dumps(state))
+    done = {t["number"] for t in state["finished"]}
+    latest = {t["number"]: t for t in state.pop("opened") if t["number"] not in done}
+    asked = state.pop("asked")
+    old = {
+        **{k: v for k, v in state.items() if k != "asks_before"},
+        "version": 2,
+        "asks": state["asks_before"] + len(asked),
+        "trials": [latest[n] for n in sorted(latest)],
+        "live": {tid: n for tid, n in asked if n in latest},
+    }
+    if version == 1:
+        every = sorted([*old.pop("finished"), *old["trials"]], key=lambda t: t["number"])
+        old["trials"] = [{k: v for k, v in t.items() if k != "number"} for t in every]
+        old["version"] = 1
+    return old
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_state_of_a_previous_format_still_loads(version: int) -> None:
+    factory = lambda: OptunaSearch(sampler="tpe", seed=0)  # noqa: E731
+    searcher = make(factory, SMALL_SPACE)
+    drive(searcher, 12)
+    searcher.suggest("a")
+    searcher.suggest("b")
+    copy = make(factory, SMALL_SPACE)
+    copy.set_state(previous(searcher.get_state(), version))
+    assert states(copy) == states(searcher) and states(copy)[-2:] == ["RUNNING"] * 2
+    for search in (searcher, copy):
+        search.on_trial_complete("b", {"loss": 0.5})
+    for i in range(4):
+        configs = [search.suggest(f"n{i}") for search in (searcher, copy)]
+        assert configs[0] == configs[1], i
+        for search in (searcher, copy):
+            search.on_trial_complete(f"n{i}", {"loss": 0.1 * i})
+    copy.on_trial_complete("a", {"loss": 0.5})  # still live after the restore
+    assert states(copy)[12] == "COMPLETE"
+    # saved again, in the new format, then restored: the same trials
+    again = make(factory, SMALL_SPACE)
+    again.set_state(through_store(copy.get_state()))
+    assert all_trials(again) == all_trials(copy)
 
 
 def test_a_state_with_a_missing_trial_is_refused() -> None:
@@ -404,6 +449,23 @@ def test_a_state_with_a_missing_trial_is_refused() -> None:
     copy = make(lambda: OptunaSearch(seed=0), SMALL_SPACE)
     with pytest.raises(ValueError, match=r"trial numbers \[0, 2\] of finished and trials"):
         copy.set_state(state)
+
+
+def test_a_finished_trial_logged_as_changes_needs_its_opened_entry() -> None:
+    searcher = make(lambda: OptunaSearch(seed=0), SMALL_SPACE)
+    drive(searcher, 2)  # no state saved while they ran: logged whole when finished
+    searcher.suggest("a")
+    assert [t["number"] for t in searcher.get_state()["opened"]] == [2]
+    searcher.on_trial_complete("a", {"loss": 0.5})
+    state = through_store(searcher.get_state())
+    assert "params" in state["finished"][1] and "of_opened" not in state["finished"][1]
+    assert state["finished"][2]["of_opened"] and "params" not in state["finished"][2]
+    copy = make(lambda: OptunaSearch(seed=0), SMALL_SPACE)
+    copy.set_state(through_store(state))
+    assert all_trials(copy) == all_trials(searcher)
+    state["opened"] = StateLog()
+    with pytest.raises(ValueError, match=r"the finished trial 2 was never opened"):
+        make(lambda: OptunaSearch(seed=0), SMALL_SPACE).set_state(state)
 
 
 def test_a_sampler_instance_continues_from_the_same_observations() -> None:

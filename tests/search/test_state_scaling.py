@@ -7,6 +7,12 @@ size does not depend on how many trials ran; the finished trials are rows of
 `state_log`, one each, written once. The same for `TuneBOHB` under `HyperBandForBOHB`,
 with hundreds of trials paused at once: its head is its counters, and each suggestion,
 result and trial end one row.
+
+And what the store writes of OptunaSearch's state: committing at every step (what a
+slow sampler gets at many trials, each step slower than the commit interval), the
+bytes of state written per trial do not grow with the trials, and stay about the
+rows of the trial's ask, start and end: the head is not rewritten as trials come and
+go.
 """
 
 from __future__ import annotations
@@ -20,6 +26,8 @@ import pytest
 
 import tunefleet as tune
 from tunefleet.backends.simulated import SimulatedTrainable
+from tunefleet.engine import commit, experiment
+from tunefleet.store import ExperimentStore
 from tunefleet.trial import Trial
 
 optuna = pytest.importorskip("optuna")
@@ -114,3 +122,43 @@ def test_bohb_head_does_not_grow_with_the_trials(tmp_path: Path) -> None:
     assert set(big) == {"version", "seed", "count", "points_done", "suggested", "events"}
     assert len(small_sizes) == 150 and len(big_sizes) == 600
     assert 0 < max(big_sizes) <= max(small_sizes) + 8 < 300, (small_sizes, big_sizes)
+
+
+def state_bytes_per_trial(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, trials: int) -> float:
+    """ExperimentStore.state_bytes_written of a run of OptunaSearch, per trial, with a
+    commit at every step."""
+    from tunefleet.search import OptunaSearch
+
+    stores: list[ExperimentStore] = []
+
+    class Recorded(ExperimentStore):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            stores.append(self)
+
+    monkeypatch.setattr(experiment, "ExperimentStore", Recorded)
+    monkeypatch.setattr(commit, "_COMMIT_EVERY_S", 0.0)
+    tune.Tuner(
+        SimulatedTrainable(objective, cost=1.0, max_budget=3, workers=4),
+        param_space={"x": tune.uniform(0, 1), "units": tune.choice([16, 32, 64])},
+        tune_config=tune.TuneConfig(
+            metric="loss",
+            mode="min",
+            num_samples=trials,
+            search_alg=OptunaSearch(sampler=optuna.samplers.RandomSampler(seed=0)),
+        ),
+        run_config=tune.RunConfig(storage_path=str(tmp_path), name=f"bytes{trials}", verbose=0),
+    ).fit()
+    assert len(stores) == 1
+    return stores[0].state_bytes_written / trials
+
+
+def test_optuna_search_state_written_per_trial_does_not_grow(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    small = state_bytes_per_trial(tmp_path, monkeypatch, 150)
+    big = state_bytes_per_trial(tmp_path, monkeypatch, 600)
+    assert big < 1.3 * small, (small, big)
+    # a trial's rows (its ask, its data as it started, what changed as it ended: ~240 B),
+    # not the running trials' data again at each step (a head rewritten: over 1,000)
+    assert big < 600, (small, big)

@@ -10,8 +10,8 @@ shortcuts) are built afresh for every ask, from a seed derived from ``(seed, num
 of asks)``, and keep everything else in the study's trials. The state is therefore
 the trials as data (parameters, distributions, values, attributes), the seed and the
 ask count; `set_state` replays the trials into a fresh study with `add_trial` and the
-next suggestions are the very ones the original would have made. A finished trial is
-saved once, in a StateLog (`StudyState`): a step saves what changed, not every trial.
+next suggestions are the very ones the original would have made. Asks and trials are
+saved as StateLog rows, once each (`StudyState`): a step saves what changed, no more.
 CMA-ES keeps its optimizer as a pickle in trial attributes: the state holds it as plain
 arrays instead (see `_optuna_state`), never as a pickle.
 """
@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from tunefleet._metrics import MetricSpec, ModeSpec, metric_value, objectives
 from tunefleet._redact import get_logger
+from tunefleet._state_log import StateLog
 from tunefleet.search._base import SpaceSearcher
 from tunefleet.search._optuna_space import (
     _checked_space,
@@ -61,7 +62,9 @@ if TYPE_CHECKING:
 
 logger = get_logger(__name__)
 
-_STATE_VERSION = 2  # 2: finished trials in a StateLog; 1 (all in "trials") still loads
+# 3: every trial and ask in StateLogs, a head that stays the same; 2 (the unfinished
+# trials, the asks and the live trials in the head) and 1 (all in "trials") still load
+_STATE_VERSION = 3
 SAMPLERS = ("tpe", "gp", "cmaes", "qmc", "nsga2", "random")
 _CONSTRAINTS_ATTR = "tunefleet:constraints"  # a trial's constraint values, in user attrs
 
@@ -151,6 +154,8 @@ class OptunaSearch(SpaceSearcher):
         self._sampler_arg: BaseSampler | str | None = sampler
         self._seed = seed if seed is not None else random.SystemRandom().getrandbits(31)
         self._asks = 0
+        self._asked = StateLog()  # [tunefleet trial id, Optuna trial number] of each ask
+        self._asks_before = 0  # the asks of an older state, before `_asked` began
         self._objectives: list[tuple[str, str]] = []
         self._constraints: list[str] = []
         self._space: dict[str, Any] | None = None  # a tunefleet space
@@ -189,6 +194,7 @@ class OptunaSearch(SpaceSearcher):
             )
         self._set_space(config)
         self._asks, self._live = 0, {}
+        self._asked, self._asks_before = StateLog(), 0
         self._new_study()
         self._add_points()
         self._took(self._space)
@@ -362,6 +368,7 @@ class OptunaSearch(SpaceSearcher):
             study.sampler = self._sampler()
             trial = study.ask(self._fixed)
             self._asks += 1
+            self._asked.append([trial_id, trial.number])
             try:
                 config = self._config(trial)
             except BaseException:
@@ -430,22 +437,23 @@ class OptunaSearch(SpaceSearcher):
     # ------------------------------------------------------------ state
 
     def get_state(self) -> dict[str, Any]:
-        """JSON-able state: the seed, the number of asks, the unfinished trials, and the
-        finished ones in a StateLog (each saved once). Costs what changed since the last
-        call and the live trials, not the number of trials."""
+        """JSON-able state: the seed and the directions; the asks (trial id and number),
+        the finished trials and the unfinished ones as they changed state, in StateLogs
+        (each saved once). The head stays the same as trials come and go: a step saves
+        what changed, not the number of trials nor the live ones."""
         self._require_study()
         return {
             "version": _STATE_VERSION,
             "seed": self._seed,
-            "asks": self._asks,
+            "asks_before": self._asks_before,
             "directions": self._directions(),
             **self._state.state(),
-            "live": dict(self._live),
+            "asked": self._asked,
         }
 
     def set_state(self, state: dict[str, Any]) -> None:
         """Rebuild the study from `state` (after `set_search_properties`)."""
-        if state.get("version") != 1:  # the previous format loads too
+        if state.get("version") not in (1, 2):  # the previous formats load too
             check_state_version("OptunaSearch", state, _STATE_VERSION)
         self._require_study()
         if state["directions"] != self._directions():
@@ -453,11 +461,33 @@ class OptunaSearch(SpaceSearcher):
                 f"OptunaSearch: the saved search optimised {state['directions']}, this one "
                 f"{self._directions()} ({self._objectives})"
             )
-        self._seed, self._asks = int(state["seed"]), int(state["asks"])
+        self._seed = int(state["seed"])
         self._new_study()
         with quiet_optuna():
             self._state.restore(self._require_study(), state)
-        self._live = {str(k): int(v) for k, v in state["live"].items()}
+        if state.get("version") in (1, 2):  # asks and live trials in the head
+            live = [[str(k), int(v)] for k, v in state["live"].items()]
+            self._asked = StateLog(live)
+            self._asks_before = int(state["asks"]) - len(live)
+        else:
+            self._asked = _asked_log(state.get("asked"))
+            self._asks_before = int(state["asks_before"])
+        self._asks = self._asks_before + len(self._asked)
+        running = set(self._state.trials.open_numbers())
+        self._live = {tid: number for tid, number in self._asked if number in running}
+
+
+def _asked_log(value: Any) -> StateLog:
+    """The saved asks: the store's StateLog of [trial id, trial number] items."""
+    if not isinstance(value, list):
+        raise ValueError(f"OptunaSearch state: asked={value!r} must be a list")
+    for item in value:
+        valid = isinstance(item, list) and len(item) == 2 and isinstance(item[0], str)
+        if not (valid and isinstance(item[1], int) and not isinstance(item[1], bool)):
+            raise ValueError(
+                f"OptunaSearch state: asked item {item!r} is not [trial id, trial number]"
+            )
+    return value if isinstance(value, StateLog) else StateLog(value)
 
 
 # ---------------------------------------------------------------- objectives

@@ -138,9 +138,12 @@ def _array_from_data(value: Any) -> Any:
 class TrialTracker:
     """The trials of an in-memory study by number: the unfinished ones, and the
     finished ones as data (``data(trial)`` and its number) in the `finished` StateLog,
-    each logged once (a finished trial never changes). New trials are found by number
-    and single trials read through the storage: `track` costs the new and the
-    unfinished trials, never all of them."""
+    each logged once (a finished trial never changes). With `log_open`, an unfinished
+    trial is logged too, in `opened`, each time it is seen in a new state (waiting,
+    running): the head then holds no trial, and a trial logged there is logged in
+    `finished` by what changed since (``"of_opened": true``; keys gone in "dropped").
+    New trials are found by number and single trials read through the storage: `track`
+    costs the new and the unfinished trials, never all of them."""
 
     def __init__(
         self,
@@ -148,11 +151,14 @@ class TrialTracker:
         study_id: int,
         data: Callable[[FrozenTrial], dict[str, Any]],
         owner: str,
+        *,
+        log_open: bool = False,
     ) -> None:
         self.storage, self.study_id, self.owner = storage, study_id, owner
-        self._to_data = data
+        self._to_data, self._log_open = data, log_open
         self.finished = StateLog()  # finished trials as data, in the order they finished
-        self._open: dict[int, None] = {}  # numbers of the unfinished trials
+        self.opened = StateLog()  # with log_open: unfinished trials, as each changed state
+        self._open: dict[int, dict[str, Any] | None] = {}  # unfinished: number -> logged
         self._count = 0  # the trials of the study seen so far
 
     def _trial(self, number: int) -> FrozenTrial:
@@ -165,7 +171,8 @@ class TrialTracker:
         return {"number": trial.number, **self._to_data(trial)}
 
     def track(self) -> None:
-        """Take the new trials in as unfinished, and log those that finished since."""
+        """Take the new trials in as unfinished, and log those that finished since (and,
+        with `log_open`, those that changed state)."""
         while True:
             try:
                 self.storage.get_trial_id_from_study_id_trial_number(self.study_id, self._count)
@@ -173,30 +180,49 @@ class TrialTracker:
                 break
             self._open[self._count] = None
             self._count += 1
-        for number in list(self._open):
+        for number, logged in list(self._open.items()):
             trial = self._trial(number)
             if trial.state.is_finished():
                 del self._open[number]
-                self.finished.append(self._data(trial))
+                self.finished.append(_changes(self._data(trial), logged))
+            elif self._log_open and (logged is None or trial.state.name != logged["state"]):
+                self._open[number] = data = self._data(trial)
+                self.opened.append(data)
 
     def unfinished(self) -> list[dict[str, Any]]:
         """The unfinished trials as data (after `track`)."""
         return [self._data(self._trial(number)) for number in self._open]
 
-    def restored(self, finished: Any, unfinished: Any) -> list[dict[str, Any]]:
-        """Take the saved trials back (`finished`: the store's StateLog, appended to
-        from here on); all of them in number order, to add to a new study."""
+    def open_numbers(self) -> list[int]:
+        """The numbers of the unfinished trials."""
+        return list(self._open)
+
+    def restored(self, finished: Any, unfinished: Any, opened: Any = None) -> list[dict[str, Any]]:
+        """Take the saved trials back (`finished`, `opened`: the store's StateLogs,
+        appended to from here on; `unfinished`: a head's list of trials); all of them in
+        number order, to add to a new study. An opened trial's last entry is its data,
+        unless it finished since."""
         self.finished = _log(finished, "finished", self.owner)
+        self.opened = _log([] if opened is None else opened, "opened", self.owner)
         if not isinstance(unfinished, list):
             raise ValueError(f"{self.owner} state: trials must be a list")
-        trials = sorted([*self.finished, *unfinished], key=lambda d: _number(d, self.owner))
+        still = list(unfinished)
+        latest: dict[int, dict[str, Any]] = {}
+        if self._log_open:  # an older head's trials are logged from here on
+            self.opened.extend(unfinished)
+            latest = {_number(data, self.owner): data for data in self.opened}
+        finished = [_applied(data, latest, self.owner) for data in self.finished]
+        if self._log_open:
+            done = {data["number"] for data in finished}
+            still = [data for number, data in latest.items() if number not in done]
+        trials = sorted([*finished, *still], key=lambda d: _number(d, self.owner))
         numbers = [data["number"] for data in trials]
         if numbers != list(range(len(trials))):
             raise ValueError(
                 f"{self.owner} state: the trial numbers {numbers[:20]} of finished and trials "
                 "must be 0, 1, 2, ... each once"
             )
-        self._open = {data["number"]: None for data in unfinished}
+        self._open = {data["number"]: data if self._log_open else None for data in still}
         self._count = len(trials)
         return trials
 
@@ -205,11 +231,12 @@ class StudyState:
     """An in-memory study's trials as saved state, at a cost of what changed.
 
     A finished trial is data that never changes: it goes, once, into the `finished`
-    StateLog (with its number). The head holds only the unfinished trials (the live
-    ones and the queued points), the distributions table and the study's attributes;
-    GA samplers' parent caches (one study attribute per generation) go to a log too.
-    New trials are found by number, single trials read through the storage: no step
-    walks the study's trials.
+    StateLog (with its number); an unfinished one (a queued point, a running trial) goes
+    into the `opened` StateLog each time it changes state. The head holds only the
+    distributions table and the study's attributes, so it is not rewritten as trials
+    come and go; GA samplers' parent caches (one study attribute per generation) go to
+    a log too. New trials are found by number, single trials read through the storage:
+    no step walks the study's trials.
     """
 
     def __init__(self, storage: BaseStorage, study_id: int) -> None:
@@ -217,7 +244,11 @@ class StudyState:
         self.attr_log = StateLog()  # [key, value] of the study attributes set once
         self.table: dict[str, int] = {}  # the distributions (as JSON) by index
         self.trials = TrialTracker(
-            storage, study_id, lambda t: trial_to_data(t, self.table), "OptunaSearch"
+            storage,
+            study_id,
+            lambda t: trial_to_data(t, self.table),
+            "OptunaSearch",
+            log_open=True,
         )
         self._logged: set[str] = set()
 
@@ -228,13 +259,12 @@ class StudyState:
             if key not in self._logged and _set_once(key):
                 self._logged.add(key)
                 self.attr_log.append([key, value])
-        unfinished = self.trials.unfinished()
         return {  # the table after the trials: they may have added to it
             "study_attrs": {k: v for k, v in attrs.items() if k not in self._logged},
             "study_attr_log": self.attr_log,
             "distributions": [json.loads(d) for d in self.table],
             "finished": self.trials.finished,
-            "trials": unfinished,
+            "opened": self.trials.opened,
         }
 
     def restore(self, study: Study, state: dict[str, Any]) -> None:
@@ -260,10 +290,36 @@ class StudyState:
             done = [d for d in numbered if TrialState[d["state"]].is_finished()]
             unfinished = [d for d in numbered if not TrialState[d["state"]].is_finished()]
             trials = self.trials.restored(done, unfinished)
-        else:
-            trials = self.trials.restored(state["finished"], state["trials"])
+        else:  # 2: the unfinished trials in the head ("trials"); 3: logged ("opened")
+            trials = self.trials.restored(
+                state["finished"], state.get("trials", []), state.get("opened")
+            )
         for data in trials:  # in order: the same trial numbers and ids
             study.add_trial(trial_from_data(data, table))
+
+
+def _changes(data: dict[str, Any], logged: dict[str, Any] | None) -> dict[str, Any]:
+    """A finished trial's `data` as the changes since it was `logged` (when it was)."""
+    if logged is None:
+        return data
+    changes = {k: v for k, v in data.items() if k == "number" or logged.get(k) != v}
+    if dropped := [k for k in logged if k not in data]:
+        changes["dropped"] = dropped
+    return {**changes, "of_opened": True}
+
+
+def _applied(data: Any, opened: dict[int, dict[str, Any]], owner: str) -> dict[str, Any]:
+    """A finished trial's whole data: logged whole, or as changes to its last `opened`."""
+    number = _number(data, owner)
+    whole: dict[str, Any] = data  # a dict (`_number` checked it)
+    if not whole.get("of_opened"):
+        return whole  # read, never changed, by the caller
+    if number not in opened:
+        raise ValueError(f"{owner} state: the finished trial {number} was never opened")
+    dropped = data.get("dropped", [])
+    base = {k: v for k, v in opened[number].items() if k not in dropped}
+    changes = {k: v for k, v in data.items() if k not in ("of_opened", "dropped")}
+    return {**base, **changes}
 
 
 def _set_once(key: str) -> bool:
