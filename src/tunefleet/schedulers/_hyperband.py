@@ -180,7 +180,9 @@ class HyperBandScheduler(TrialScheduler):
         keep = math.ceil(len(ranked) / self.reduction_factor)
         bracket["halves"] -= 1
         bracket["halved"] = True
-        bracket["r"] = min(bracket["r"] * self.reduction_factor, self.max_t)
+        # rung k of a bracket with s halvings is max_t * eta^(k - s), so the last is max_t
+        # whether or not max_t is a power of eta (eta^s * r0 can fall short of it)
+        bracket["r"] = max(bracket["r"], self._r0(bracket["halves"]))
         bracket["waiting"] = []
         bracket["promoted"].extend(ranked[:keep])
         self._held.update(ranked[keep:])
