@@ -235,7 +235,9 @@ class SimulatedBackend(Backend):
     def poll(self, timeout: float) -> list[Event]:
         now = self.clock()
         events, self._ready = self._ready, []
-        upcoming = self._next_time()
+        # What is due now (a stop, a pause, an end) is told before the clock moves on: a
+        # freed slot takes its next trial at once, not at another trial's next result.
+        upcoming = None if events else self._next_time()
         if upcoming is None:
             if not self._active and not events:
                 self._now += timeout  # idle: virtual time passes as the driver waits
