@@ -201,3 +201,40 @@ def test_a_trial_that_fails_after_the_stop_ended_it_stays_ended(tmp_path: Path) 
     tid = result.metrics["trial_id"]
     assert [hook for hook, _ in of(calls, tid)] == ["scheduler.result", "scheduler.complete"]
     assert of(calls, tid)[-1] == ("scheduler.complete", (2, True))
+
+
+class TargetStopper(tune.Stopper):
+    """Records every result it is shown; ends the experiment when one reaches `target`."""
+
+    def __init__(self, target: float) -> None:
+        self.target = target
+        self.seen: list[tuple[str, int]] = []
+        self.reached = False
+
+    def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
+        self.seen.append((trial_id, result["training_iteration"]))
+        self.reached = self.reached or result["loss"] <= self.target
+        return False
+
+    def stop_all(self) -> bool:
+        return self.reached
+
+
+def test_a_stopper_sees_the_result_at_max_t_that_asha_stops_at(tmp_path: Path) -> None:
+    # ASHA STOPs a trial at max_t; the stopper, asked first, still sees that result
+    # and ends the experiment there instead of running the rest of the budget.
+    stopper = TargetStopper(target=0.5)
+    grid = tune.Tuner(
+        SimulatedTrainable(lambda c, b: {"loss": 1.0 / b}, max_budget=10, workers=1),
+        param_space={"x": tune.uniform(0, 1)},
+        tune_config=tune.TuneConfig(
+            metric="loss",
+            mode="min",
+            num_samples=20,
+            scheduler=tune.schedulers.ASHAScheduler(max_t=2, grace_period=1),
+        ),
+        run_config=tune.RunConfig(storage_path=str(tmp_path), stop=stopper, verbose=0),
+    ).fit()
+    first = grid[0].metrics["trial_id"]
+    assert stopper.seen[:2] == [(first, 1), (first, 2)]  # 2 = max_t: ASHA's STOP
+    assert len(grid) == 1  # the target was reached at the first trial's max_t
