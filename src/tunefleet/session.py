@@ -2,8 +2,9 @@
 
 These functions work inside a trial, in the worker process that runs it. A
 report is cheap: results are sent in small batches without waiting for the
-driver, unless the scheduler needs to decide on each one (`sync`). A stop asked
-by the driver surfaces at the next `report()` and unwinds the trainable.
+driver, unless the scheduler needs to decide on each one (`sync`) or on this one
+(the first at or past one of its decision points, `decide_at`). A stop asked by the
+driver surfaces at the next `report()` and unwinds the trainable.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any, TypeGuard
 
 from tunefleet import result as keys
 from tunefleet._metrics import python_scalars
+from tunefleet._milestones import Crossing, DecisionPoints
 from tunefleet.resources import PlacementGroupFactory
 from tunefleet.storage import _staged
 from tunefleet.storage.checkpoint import Checkpoint, checkpoint_dir_name, persist_checkpoint
@@ -169,6 +171,7 @@ class TrialSession:
         time_total: float,
         sync: bool,
         stop_criteria: dict[str, float],
+        decide_at: DecisionPoints | None = None,
         storage_dir: str | None = None,
         storage_filesystem: Any = None,
         usage: Callable[[dict[str, Any]], None] | None = None,
@@ -189,6 +192,7 @@ class TrialSession:
         self._totals = RunningTotals()
         self._time_total_offset = time_total
         self._sync = sync
+        self._crossing = Crossing(decide_at)  # the results that wait for the decision
         self._stop_criteria = stop_criteria
         self._start = time.time()
         self._last_report = time.perf_counter()
@@ -240,6 +244,7 @@ class TrialSession:
         if self._usage is not None:
             self._usage(result)
         self._last_report = now
+        wait = self._sync or self._crossing.crossed(result)  # for the driver's decision
         if checkpoint is not None:
             result["checkpoint_dir_name"] = checkpoint_dir_name(self.iteration)
         with self._lock:
@@ -249,20 +254,20 @@ class TrialSession:
                 self._held.append((result, ckpt_path))
             else:
                 self._buffer.append((result, ckpt_path))
-                urgent = ckpt_path is not None or self._sync or len(self._buffer) >= _MAX_BATCH
+                urgent = ckpt_path is not None or wait or len(self._buffer) >= _MAX_BATCH
                 if urgent or now - self._last_flush >= _FLUSH_EVERY_S:
                     self._flush_locked(now)
                 else:
                     self._linger.set()
         if staged is not None:
             self._persister.start(staged, self._persisted)
-            if self._sync:  # the driver decides on this result: it must have reached it
+            if wait:  # the driver decides on this result: it must have reached it
                 self._persister.wait()
                 self._raise_persist_error()
         if self._flusher is None and not self._sync:
             self._flusher = threading.Thread(target=self._flush_loop, daemon=True)
             self._flusher.start()
-        decision = self._poll_control(self._sync)
+        decision = self._poll_control(wait)
         if decision == "STOP" or decision == "PAUSE":
             raise StopTrial(pause=decision == "PAUSE")
         if self._meets_stop_criteria(result):

@@ -43,6 +43,8 @@ class TrialLaunch:
     iteration: int = 0  # training_iteration already done (restored from the checkpoint)
     time_total: float = 0.0
     sync: bool = False  # wait for a decision after every result
+    # ... or only after the first result at or past each point (`_milestones.Crossing`)
+    decide_at: tuple[str, tuple[float, ...]] | None = None
     stop_criteria: dict[str, float] = field(default_factory=dict)
     checkpoint_freq: int = 0
     checkpoint_at_end: bool = False
@@ -134,7 +136,8 @@ class Backend(ABC):
 
     @abstractmethod
     def send_decision(self, trial_id: str, epoch: int, decision: str) -> None:
-        """Answer a trial launched with sync=True: CONTINUE, PAUSE or STOP."""
+        """Answer a trial that waits for the decision on its latest result (launched with
+        sync=True, or a result at one of its `decide_at` points): CONTINUE, PAUSE or STOP."""
 
     def request_checkpoint(self, trial_id: str, epoch: int) -> None:
         """Have the running attempt save a checkpoint after its current step (a result

@@ -163,6 +163,7 @@ class TrialLoop:
             time_total=launch.time_total,
             sync=launch.sync,
             stop_criteria=launch.stop_criteria,
+            decide_at=launch.decide_at,
             storage_dir=launch.storage_dir,
             storage_filesystem=launch.storage_filesystem,
             usage=usage.fill,

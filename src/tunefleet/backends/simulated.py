@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tunefleet._metrics import python_scalars
+from tunefleet._milestones import Crossing
 from tunefleet.backends._base import (
     Backend,
     Event,
@@ -129,8 +130,9 @@ class _Sim:
     started: float  # virtual time the attempt started
     last_report: float  # virtual time of the previous result (or the start)
     token: int = 0  # the live entry of the event queue; older entries are ignored
-    waiting: bool = False  # reported, waits for a decision (sync)
+    waiting: bool = False  # reported, waits for a decision (sync, or a decision point)
     last: dict[str, Any] | None = None  # the latest result (stop criteria after a decision)
+    crossing: Crossing | None = None  # which results wait (the scheduler's decision points)
 
 
 class SimulatedBackend(Backend):
@@ -321,7 +323,9 @@ class SimulatedBackend(Backend):
             checkpoint = self._save(state)
             result["checkpoint_dir_name"] = os.path.basename(checkpoint)
         events.append(Results(launch.trial_id, launch.epoch, [(result, checkpoint)]))
-        if launch.sync:
+        if state.crossing is None:
+            state.crossing = Crossing(launch.decide_at)
+        if launch.sync or state.crossing.crossed(result):
             state.waiting = True  # send_decision goes on
         else:
             self._continue(state, at)

@@ -102,6 +102,7 @@ class Controller:
         name = type(scheduler).__name__
         self._plans = PausePlans(name, self.trials, backend.unfit_reason, keeper.is_kept)
         self._endings = util.Endings(searcher, scheduler, self._filter.clean)  # once per trial
+        self._waits = util.Waits(scheduler, self.running)  # results that wait for a decision
         self._restore_from: dict[str, tuple[str, str]] = {}  # exploited: (copy, its source)
         self._held_back: Trial | None = None  # chosen, waits until its resources are free
         self._retries = Retries.of(spec, backend)
@@ -280,9 +281,8 @@ class Controller:
         self._set_status(trial, TrialStatus.RUNNING)
         self.running[trial.trial_id] = trial
         storage_dir = self._checkpoint_home(trial) if self.spec.storage_url else None
-        sync = self.scheduler.needs_sync_decisions
-        launch = trial_launch(trial, self.spec, sync=sync, storage_dir=storage_dir)
-        self.backend.start_trial(replace(launch, **restart))
+        launch = trial_launch(trial, self.spec, sync=self._waits.sync, storage_dir=storage_dir)
+        self.backend.start_trial(replace(launch, **restart, decide_at=self._waits.points))
         self.store.add_event(
             trial.trial_id,
             "started",
@@ -370,7 +370,7 @@ class Controller:
                 trial.stop_reason = StopCause.PAUSED_BY_SCHEDULER
             else:  # ended now: from here no scheduler ranks it or exploits from it
                 self._endings.completed(trial)
-        if self.scheduler.needs_sync_decisions:
+        if self._waits.waits(trial, result):  # the trial waits for it: at once
             self.backend.send_decision(trial.trial_id, trial.epoch, decision.value)
         elif decision is not Decision.CONTINUE:
             self.backend.stop_trial(trial.trial_id, trial.epoch)

@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from typing import Any, Literal
 
 from tunefleet._metrics import objectives
+from tunefleet._milestones import Crossing
 from tunefleet._redact import redact, redact_text
 from tunefleet.engine.experiment_spec import ExperimentSpec
 from tunefleet.engine.objective_filter import ObjectiveFilter, RequiredKey
@@ -218,3 +219,30 @@ def warn_no_result(trial: Trial) -> None:
         "without calling tune.report()); its metrics are {}",
         trial.trial_id,
     )
+
+
+class Waits:
+    """Which results a running trial waits at for the scheduler's decision: every one
+    (`sync`, a synchronous or pausing scheduler) or the first at or past each of its
+    decision points (`points`); counted per attempt as the trial's session counts them
+    (`_milestones.Crossing`), so the driver answers exactly the results that wait."""
+
+    def __init__(self, scheduler: TrialScheduler, running: dict[str, Trial]) -> None:
+        self._scheduler = scheduler
+        self.points = scheduler.decision_points()
+        self._running = running
+        self._of: dict[str, tuple[int, Crossing]] = {}  # trial -> (attempt's epoch, count)
+
+    @property
+    def sync(self) -> bool:
+        return self._scheduler.needs_sync_decisions
+
+    def waits(self, trial: Trial, result: dict[str, Any]) -> bool:
+        if self.sync or self.points is None:
+            return self.sync
+        entry = self._of.get(trial.trial_id)
+        if entry is None or entry[0] != trial.epoch:
+            if len(self._of) > 2 * len(self._running) + 16:  # forget the ended ones
+                self._of = {t: e for t, e in self._of.items() if t in self._running}
+            entry = self._of[trial.trial_id] = (trial.epoch, Crossing(self.points))
+        return entry[1].crossed(result)

@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tunefleet._metrics import MetricSpec, ModeSpec, objective_point
+from tunefleet._milestones import DecisionPoints
 from tunefleet._state_log import StateLog
 from tunefleet.schedulers._asha_state import (
     LOGS,
@@ -236,6 +237,16 @@ class AsyncHyperBandScheduler(TrialScheduler):
             self._level[trial_id] = 0
             self._logs["joins"].append([trial_id, index])
         return self._bracket[trial_id]
+
+    def decision_points(self) -> DecisionPoints | None:
+        """Its rungs (of every bracket) and max_t: the stopping form decides only there.
+        The promotion form decides on every result (`needs_sync_decisions`)."""
+        if self.promotion:
+            return None
+        points = {m for ms in self._milestones for m in ms}
+        if self.stop_last_trials:
+            points.add(self.max_t)
+        return (self.time_attr, tuple(sorted(float(p) for p in points)))
 
     def on_trial_result(self, trial: Trial, result: dict[str, Any]) -> Decision:
         if self._objectives is not None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tunefleet._metrics import MetricSpec, ModeSpec, fill_objective
+from tunefleet._milestones import DecisionPoints
 from tunefleet.schedulers._candidates import Candidates
 from tunefleet.trial import Trial, TrialStatus
 
@@ -177,6 +178,14 @@ class TrialScheduler:
         that it lacks (Ray's PBT samples its mutated keys there). Called once per new
         trial, before it is recorded."""
         return config
+
+    def decision_points(self) -> DecisionPoints | None:
+        """Where a trial waits for this scheduler's decision, as ``(time_attr, points)``:
+        the first result of an attempt at or past each point waits, so a trial stopped
+        there trains no further (`_milestones.Crossing`). None (the default): results
+        never wait (unless `needs_sync_decisions`), and a stop reaches the trial when it
+        reaches it."""
+        return None
 
     def on_trial_add(self, trial: Trial) -> None:
         """A new trial was created."""
