@@ -192,7 +192,9 @@ def test_trials_spread_over_nodes(cluster: Cluster, storage: str) -> None:
     assert nodes == {n.node_id for n in cluster.worker_nodes}
 
 
-def test_pbt_exploits_and_resumes_across_nodes(cluster: Cluster, storage: str) -> None:
+def test_pbt_exploits_and_resumes_across_nodes(
+    cluster: Cluster, storage: str, tmp_path: Path
+) -> None:
     """PBT on two nodes: paused trials resume, and exploits copy checkpoints between
     trials that ran on different nodes (a shared storage path)."""
     from tunefleet.schedulers import PopulationBasedTraining
@@ -205,7 +207,7 @@ def test_pbt_exploits_and_resumes_across_nodes(cluster: Cluster, storage: str) -
     )
     grid = tune.Tuner(
         climbing,
-        param_space={"lr": tune.grid_search([0.1, 10.0]), "steps": 12},
+        param_space={"lr": tune.grid_search([0.1, 10.0]), "steps": 12, **meeting(tmp_path, 2)},
         tune_config=tune.TuneConfig(metric="score", mode="max", scheduler=pbt),
         run_config=tune.RunConfig(storage_path=storage, backend="ray", verbose=0),
     ).fit()

@@ -58,7 +58,10 @@ def counting(config: dict[str, Any]) -> None:
 
 
 def climbing(config: dict[str, Any]) -> None:
-    """Score grows by `lr` per step, from its checkpoint; reports where it ran."""
+    """Score grows by `lr` per step, from its checkpoint; reports where it ran. With
+    `meeting(...)` in its config, a fresh trial waits after its first step until the
+    whole population is there (`meet`), so PBT knows every trial at its first
+    perturbation however slowly a busy machine starts the second one."""
     step, score = 0, 0.0
     checkpoint = tune.get_checkpoint()
     if checkpoint is not None:
@@ -73,6 +76,8 @@ def climbing(config: dict[str, Any]) -> None:
             Path(d, "state.json").write_text(json.dumps({"step": step, "score": score}))
             metrics = {"score": score, "node": node}
             tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(d))
+        if step == 1 and checkpoint is None:
+            meet(config, config["lr"])
 
 
 def sees_gpus(config: dict[str, Any]) -> None:
