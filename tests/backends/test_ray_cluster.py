@@ -152,17 +152,6 @@ def _run_calling_back(
     ).fit()
 
 
-def _marked_node(marks: Path, timeout: float = 60.0) -> str:
-    """The node id a trial wrote once it reported `mark_at` times."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        files = list(marks.iterdir())
-        if files:
-            return files[0].read_text()
-        time.sleep(0.05)
-    raise AssertionError(f"no trial reached its mark in {timeout:g} s")
-
-
 def _lose_node_mid_trial(
     cluster: Cluster, storage: str, marks: Path, space: dict[str, Any], **kwargs: Any
 ) -> tuple[Any, str]:
@@ -290,15 +279,12 @@ def test_node_loss_with_no_retries_left_is_an_error(
     assert "node" in str(result.error) and "lost" in str(result.error)
 
 
-def test_trials_wait_pending_while_no_node_fits(
-    cluster: Cluster, storage: str, tmp_path: Path
-) -> None:
+def test_trials_wait_pending_while_no_node_fits(cluster: Cluster, storage: str) -> None:
     """Both nodes go; the trial waits as PENDING, and resumes when a node joins."""
-    marks = tmp_path / "marks"
-    marks.mkdir()
-    space = {"iterations": 10, "checkpoint": True, "mark_at": 2, "marks": str(marks)}
-    fit = _Fit(counting, space, storage)
-    _marked_node(marks)
+    space = {"iterations": 10, "checkpoint": True}
+    committed = _Committed(2, checkpoints=True)  # the driver has checkpoint 2: an event
+    fit = _Fit(committed, counting, space, storage, fit=_run_calling_back)
+    committed.wait()
     for worker in list(cluster.worker_nodes):
         cluster.remove_node(worker, allow_graceful=False)
     deadline = time.monotonic() + 30
