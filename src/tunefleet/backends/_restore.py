@@ -55,12 +55,12 @@ def restore_point(launch: TrialLaunch) -> tuple[TrialLaunch, dict[str, Any] | No
     # Not usable: gone before anything is written, for this attempt may write those names
     # again (the driver records why, and that they are gone, when it hears of them).
     delete_checkpoints([path for path, _ in skipped])
-    iteration, time_total = 0, 0.0
+    if not skipped:
+        return dataclasses.replace(launch, fallbacks=()), None
+    iteration, time_total = 0, 0.0  # none verified: from the start
     for path, it, total in candidates:
         if path == chosen:
             iteration, time_total = it, total
-    if not skipped:
-        return dataclasses.replace(launch, fallbacks=()), None
     restored = dataclasses.replace(
         launch, checkpoint=chosen, iteration=iteration, time_total=time_total, fallbacks=()
     )

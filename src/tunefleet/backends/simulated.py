@@ -129,10 +129,10 @@ class _Sim:
     budget: int  # steps done (training_iteration)
     started: float  # virtual time the attempt started
     last_report: float  # virtual time of the previous result (or the start)
+    crossing: Crossing  # which results wait for a decision (the scheduler's decision points)
     token: int = 0  # the live entry of the event queue; older entries are ignored
     waiting: bool = False  # reported, waits for a decision (sync, or a decision point)
     last: dict[str, Any] | None = None  # the latest result (stop criteria after a decision)
-    crossing: Crossing | None = None  # which results wait (the scheduler's decision points)
 
 
 class SimulatedBackend(Backend):
@@ -199,7 +199,13 @@ class SimulatedBackend(Backend):
         launch, restored = restore_point(launch)  # as a worker does (`_restore.py`)
         if restored is not None:
             self._ready.append(Results(launch.trial_id, launch.epoch, [(restored, None)]))
-        state = _Sim(launch=launch, budget=launch.iteration, started=now, last_report=now)
+        state = _Sim(
+            launch=launch,
+            budget=launch.iteration,
+            started=now,
+            last_report=now,
+            crossing=Crossing(launch.decide_at),
+        )
         self._active[launch.trial_id] = state
         if self.sim.max_budget is not None and state.budget >= self.sim.max_budget:
             self._finish(state, FinishHow.RETURNED)  # resumed at the end: nothing left to train
@@ -323,8 +329,6 @@ class SimulatedBackend(Backend):
             checkpoint = self._save(state)
             result["checkpoint_dir_name"] = os.path.basename(checkpoint)
         events.append(Results(launch.trial_id, launch.epoch, [(result, checkpoint)]))
-        if state.crossing is None:
-            state.crossing = Crossing(launch.decide_at)
         if launch.sync or state.crossing.crossed(result):
             state.waiting = True  # send_decision goes on
         else:

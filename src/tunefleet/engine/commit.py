@@ -64,7 +64,7 @@ class Commits:
         """A trial whose checkpoints go to `home` runs again: the deletes of its dropped
         checkpoints run first (committed now if they wait for it), since the new attempt
         may write those names again."""
-        folder = _folder(f"{home.rstrip('/')}/checkpoints/x")
+        folder = f"{home.rstrip('/')}/checkpoints"  # what `_folder` gives for its checkpoints
         if any(_folder(path) == folder for path in self._to_delete):
             self.flush()
         self.deleter.wait_for(folder)

@@ -106,8 +106,21 @@ def record_checkpoint(
     trial.latest_checkpoint = path
     trial.checkpoint_iteration = int(result.get("training_iteration", trial.iteration))
     trial.checkpoint_time_total = float(result.get("time_total_s", 0.0))
-    store.add_checkpoint(trial.trial_id, trial.checkpoint_iteration, path, result)
-    dropped = keeper.add(trial.trial_id, path, result)
+    return _keep(trial.trial_id, trial.checkpoint_iteration, path, result, store, keeper)
+
+
+def _keep(
+    trial_id: str,
+    iteration: int,
+    path: str,
+    result: dict[str, Any],
+    store: ExperimentStore,
+    keeper: CheckpointKeeper,
+) -> list[str]:
+    """Record the trial's checkpoint at `path` in the store and in retention; returns
+    the checkpoints retention drops (marked deleted in the store, to delete later)."""
+    store.add_checkpoint(trial_id, iteration, path, result)
+    dropped = keeper.add(trial_id, path, result)
     for old in dropped:
         store.mark_checkpoint_deleted(old)
     return dropped
@@ -170,8 +183,5 @@ def copy_for_exploit(
     trial.latest_checkpoint = copied
     trial.checkpoint_iteration = source.checkpoint_iteration
     trial.checkpoint_time_total = source.checkpoint_time_total
-    store.add_checkpoint(trial.trial_id, source.checkpoint_iteration, copied, result)
-    dropped = keeper.add(trial.trial_id, copied, result)
-    for path in dropped:
-        store.mark_checkpoint_deleted(path)
+    dropped = _keep(trial.trial_id, source.checkpoint_iteration, copied, result, store, keeper)
     return copied, source.latest_checkpoint, dropped
