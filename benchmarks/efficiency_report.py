@@ -23,6 +23,56 @@ from problems import Problem
 REFERENCE_CONFIGS = 2_000  # random configs of a problem's reference (targets, ceilings)
 FRACTIONS = (0.25, 0.5, 1.0)  # normalized regret at these fractions of the budget
 CPU = "suggest_cpu_s"
+RESAMPLES, RESAMPLE_SEED = 2_000, 0  # bootstrap over seeds: 95 % percentile intervals
+
+
+def bootstrap(samples: np.ndarray, stat: Any) -> tuple[float, float]:
+    """95 % interval of ``stat`` over the seeds resampled with replacement.
+
+    ``samples`` has one row per seed (paired figures side by side in a row); ``stat``
+    maps the resamples, shape ``(RESAMPLES, seeds, ...)``, to one value per resample.
+    Seeded: the same runs give the same interval.
+    """
+    if len(samples) < 2:
+        return math.nan, math.nan
+    rng = np.random.default_rng(RESAMPLE_SEED)
+    values = stat(samples[rng.integers(0, len(samples), (RESAMPLES, len(samples)))])
+    lo, hi = np.nanpercentile(values, [2.5, 97.5])
+    return float(lo), float(hi)
+
+
+def regret_ci(summaries: list[dict[str, Any]], q: float) -> str:
+    """Mean regret at fraction `q` with its bootstrap interval: "x [lo, hi]"."""
+    values = np.array(regrets(summaries, q))
+    if not len(values):
+        return "-"
+    lo, hi = bootstrap(values, lambda x: x.mean(axis=1))
+    return f"{values.mean():.3f} [{lo:.3f}, {hi:.3f}]"
+
+
+def speedup_ci(rows: dict[str, list[Any]], method: str, q: str, budget: float) -> str:
+    """Interval of RS median TTT / the method's, seeds resampled in pairs ("never" = budget)."""
+    rs_by_seed = {s["seed"]: s for s in rows["random"]}
+    pairs = np.array(
+        [
+            [
+                rs_by_seed[s["seed"]]["time_to_target_s"][q] or budget,
+                s["time_to_target_s"][q] or budget,
+            ]
+            for s in rows[method]
+            if s["seed"] in rs_by_seed
+        ]
+    )
+    if not len(pairs):
+        return "[-]"
+    lo, hi = bootstrap(pairs, lambda x: np.median(x[..., 0], axis=1) / np.median(x[..., 1], axis=1))
+    return f"[{lo:.1f}, {hi:.1f}]"
+
+
+def hit_median(values: list[float | None]) -> str:
+    """Median time-to-target of the runs that reach it ("-": none does)."""
+    hits = [v for v in values if v is not None]
+    return f"{np.median(hits):,.0f}" if hits else "-"
 
 
 def median_ttt(values: list[float | None]) -> float:
@@ -99,7 +149,8 @@ def print_table(
     print(
         f"budget {budget:,.0f} virtual s x {workers} workers "
         f"({budget / ref['full_trial_s']:.1f} rounds of average max-budget trials); "
-        f"targets {targets} (of {REFERENCE_CONFIGS:,} random configs at budget "
+        f"targets {targets} (of {ref.get('reference_configs', REFERENCE_CONFIGS):,} "
+        f"{'tabulated' if problem.reference_configs else 'random'} configs at budget "
         f"{problem.max_budget}); median random {ref['median_random']:.4g}; "
         f"optimum estimate {ref['optimum']:.4g}"
     )
@@ -110,12 +161,16 @@ def print_table(
         bound = "n/a (RS never)" if math.isinf(rs) else f"{typical:.1f}x typical, {most:.1f}x most"
         print(
             f"p{q}: t_hit (one worker) median {hit['median']:,.0f} s, min {hit['min']:,.0f} s "
-            f"({hit['n']} of {REFERENCE_CONFIGS:,} configs); RS needs ~1/(p*W) = "
+            f"({hit['n']} of {ref.get('reference_configs', REFERENCE_CONFIGS):,} configs); "
+            f"RS needs ~1/(p*W) = "
             f"{100 / (float(q) * workers):.1f} rounds; ceiling on any speed-up: {bound}"
         )
-    cols = "".join(f" {'p' + q + ' TTT':>10} {'never':>5} {'speed-up':>10}" for q in ref["targets"])
+    cols = "".join(
+        f" {'p' + q + ' TTT':>10} {'hit med':>8} {'miss':>5} {'speed-up [95% CI]':>19}"
+        for q in ref["targets"]
+    )
     header = (
-        f"{'method':<13}{cols} {'regret@25% mean/med':>19} {'@50%':>13} {'@100%':>13} "
+        f"{'method':<13}{cols} {'regret@25% mean [95% CI]/med':>28} {'@50%':>28} {'@100%':>28} "
         f"{'rank':>5} {'seeds':>5} {'trials/run':>10} {'no-result':>9} {'ms/sugg real/cpu':>16} "
         f"{'search s/run real/cpu':>21} {'wall s/run':>10}"
     )
@@ -129,13 +184,14 @@ def print_table(
             ttts = [s["time_to_target_s"][q] for s in summaries]
             med = median_ttt(ttts)
             never = sum(t is None for t in ttts) / len(ttts)
-            line += f" {fmt_time(med, budget):>10} {never:>5.0%} {speedup(rs, med, budget):>10}"
+            sp = speedup(rs, med, budget)
+            if method != "random":
+                sp += " " + speedup_ci(rows, method, q, budget)
+            line += f" {fmt_time(med, budget):>10} {hit_median(ttts):>8} {never:>5.0%} {sp:>19}"
         for q in FRACTIONS:
             values = regrets(summaries, q)
-            cell = (
-                f"{statistics.fmean(values):.3f}/{statistics.median(values):.3f}" if values else "-"
-            )
-            line += f" {cell:>{19 if q == 0.25 else 13}}"
+            cell = f"{regret_ci(summaries, q)}/{statistics.median(values):.3f}" if values else "-"
+            line += f" {cell:>28}"
         trials = statistics.fmean(s["trials"] for s in summaries)
         wall = statistics.fmean(s["wall_s"] for s in summaries)
         no_result = sum(len(s["no_result"]) for s in summaries)
@@ -167,13 +223,16 @@ def print_regret_summary(
     """Markdown: mean (median) regret per fraction, mean rank, p5 TTT; the issue's target."""
     q = next(iter(refs.values()))["targets"]
     q = "5" if "5" in q else next(iter(q))
-    print("\n### Normalized regret at 25 / 50 / 100 % of the budget: mean (median) over seeds")
+    print(
+        "\n### Normalized regret at 25 / 50 / 100 % of the budget: mean [bootstrap 95 % CI] "
+        "(median) over seeds"
+    )
     print(
         "\n| problem | method | seeds | regret@25% | regret@50% | regret@100% | mean rank "
-        f"| p{q} TTT s (never) | speed-up vs RS (paired) | trials/run "
+        f"| p{q} TTT s (never) | miss rate | speed-up vs RS [95% CI] (paired) | trials/run "
         "| ms/suggestion real (CPU) |"
     )
-    print("|---" * 11 + "|")
+    print("|---" * 12 + "|")
     verdicts: dict[str, Any] = {}
     for name, rows in all_rows.items():
         budget = refs[name]["time_budget_s"]
@@ -185,16 +244,18 @@ def print_regret_summary(
             cells = []
             for f in FRACTIONS:
                 v = regrets(summaries, f)
-                cells.append(f"{statistics.fmean(v):.3f} ({statistics.median(v):.3f})")
+                cells.append(f"{regret_ci(summaries, f)} ({statistics.median(v):.3f})")
             ttts = [s["time_to_target_s"][q] for s in summaries]
             never = sum(t is None for t in ttts)
             sp = speedup_cells(refs, {name: rows}, m, q)[name] if m != "random" else None
-            speed = f"{sp['text']} ({sp['paired']:.1f}x)" if sp else "1.0x"
+            ci = speedup_ci(rows, m, q, budget) if sp else ""
+            speed = f"{sp['text']} {ci} ({sp['paired']:.1f}x)" if sp else "1.0x"
             trials = statistics.fmean(s["trials"] for s in summaries)
             print(
                 f"| {name if i == 0 else ''} | {m} | {len(summaries)} | "
                 + " | ".join(cells)
                 + f" | {ranks[m]:.2f} | {fmt_time(median_ttt(ttts), budget)} ({never}) "
+                f"| {never / len(ttts):.0%} "
                 f"| {speed} | {trials:,.0f} | {1000 * per_suggestion(summaries):.1f} "
                 f"({1000 * per_suggestion(summaries, CPU):.1f}) |"
             )
@@ -307,7 +368,10 @@ def print_summary(
     names = list(all_rows)
     for q in next(iter(refs.values()))["targets"]:
         print(f"\n### Speed-up vs random search alone, target = p{q} of random configs")
-        print("median-TTT ratio (paired median over seeds; seeds that never reach it)\n")
+        print(
+            "median-TTT ratio [bootstrap 95 % CI, seeds resampled in pairs, never = the "
+            "budget] (paired median over seeds; seeds that never reach it)\n"
+        )
         print(
             "| problem | rank corr. b=1/3/9/27 | RS median TTT s (never) "
             "| ceiling (typical / most) | " + " | ".join(methods[1:]) + " |"
@@ -329,7 +393,8 @@ def print_summary(
                     cells.append("-")
                     continue
                 c = speedup_cells(refs, {name: all_rows[name]}, m, q)[name]
-                cells.append(f"{c['text']} ({c['paired']:.1f}x; {c['never']}/{c['seeds']})")
+                ci = speedup_ci(all_rows[name], m, q, budget)
+                cells.append(f"{c['text']} {ci} ({c['paired']:.1f}x; {c['never']}/{c['seeds']})")
             print(f"| {name} | {corr} | {rs_text} | {ceil} | " + " | ".join(cells) + " |")
         line = []
         for m in methods[1:]:

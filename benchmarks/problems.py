@@ -7,6 +7,9 @@ same value without noise; the benchmark uses it only to estimate the optimum.
 
 The noise is a function of ``(config, budget)`` only (seeded by a hash of both), as
 the simulated backend requires.
+
+The ``tab-*`` problems are real learning curves, tabulated on this machine
+(``tabulated.py``, ``tabulate_curves.py``); they are not in the default set.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+import tabulated  # siblings: the script's folder is on sys.path
 
 import tunefleet as tune
 
@@ -35,6 +40,8 @@ class Problem:
     sample: Callable[[random.Random], Config]
     max_budget: int = 81
     noise: float = 0.0
+    # the configs of the references (targets, optimum); None: random ones (`sample`)
+    reference_configs: Callable[[], list[Config]] | None = None
 
     def f(self, config: Config, budget: int) -> dict[str, float]:
         """The blackbox: the noise-free loss plus Gaussian noise fixed by (config, budget)."""
@@ -191,3 +198,6 @@ BRANIN_BAD = Problem(
 PROBLEMS: dict[str, Problem] = {
     p.name: p for p in (LEARNING_CURVES, LEARNING_CURVES_MILD, BRANIN_GOOD, BRANIN_BAD)
 }
+DEFAULT_PROBLEMS = tuple(PROBLEMS)  # the synthetic ones; the tabulated ones are opt-in
+# real learning curves (tabulated.py): "tab-digits-mlp", "tab-gbm", "tab-gbm-late"
+PROBLEMS.update((p.name, p) for p in tabulated.problems())

@@ -1,10 +1,12 @@
 """How fast each method finds a good config: searchers, schedulers and their pairs.
 
 Runs on the simulated backend (virtual time, see docs/simulated.md) over the synthetic
-problems of ``problems.py``. Every method gets the same budget of workers x virtual
-time (``num_samples=-1``, ``time_budget_s``). A method is a searcher paired with a
-scheduler, both seeded by the run's seed; random-search methods draw from
-``BasicVariantGenerator(seed=s)``, so a seed gives them the same sequence of configs.
+problems of ``problems.py`` (the default) and, opt-in, real learning curves tabulated on
+this machine (``tab-digits-mlp``, ``tab-gbm``, ``tab-gbm-late``: ``tabulated.py``).
+Every method gets the same budget of workers x virtual time (``num_samples=-1``,
+``time_budget_s``). A method is a searcher paired with a scheduler, both seeded by the
+run's seed; random-search methods draw from ``BasicVariantGenerator(seed=s)``, so a
+seed gives them the same sequence of configs.
 
 Methods (default): random search alone (FIFO, every trial runs to the max budget), ASHA
 (stopping form, ``grace_period=1, reduction_factor=3``), async HyperBand ("ahb": the same
@@ -27,8 +29,10 @@ Figures, per problem x method over the seeds:
 ``time-to-target``
     Virtual seconds until the incumbent's noise-free loss is at or below a target, the
     p-th percentile of the noise-free max-budget loss of 2,000 random configs, for each
-    p of ``--target-quantiles`` (5 and 1). The table shows the median over seeds
-    (">budget" when more than half never reach it) and the fraction that never do.
+    p of ``--target-quantiles`` (5 and 1); for a tabulated problem, of the table's own
+    configs. The table shows the median over seeds (">budget" when more than half never
+    reach it), apart from it the median over the runs that reach it ("hit med") and the
+    miss rate (the fraction of runs that never do).
 ``ceiling``
     Any method must train one config until it reaches the target, serially. ``t_hit``
     is that serial time for the 2,000 configs that reach it (median and minimum), and
@@ -41,6 +45,13 @@ Figures, per problem x method over the seeds:
     budget, mean and median over seeds; ``opt`` is the lowest noise-free max-budget
     loss of 100,000 random configs (a searcher can go below it: negative regret),
     ``median random`` the median of the 2,000 above.
+``95 % CI``
+    Bootstrap over seeds (2,000 resamples with replacement, seeded, percentile
+    interval): on the mean regret at 25/50/100 % and on every speed-up ratio (seeds
+    resampled in pairs with random search's; "never" counted as the whole budget).
+``trials/run``
+    Trials that started: reported at least one result (``no-result``: created but
+    never run, or cut by the budget before their first result).
 ``rank``
     Per seed, the methods ranked by final regret (1 = best, ties averaged), averaged
     over seeds. A method run on fewer seeds than the most (``--from-json`` merges) is
@@ -63,6 +74,9 @@ Figures, per problem x method over the seeds:
         .venv/bin/python benchmarks/search_efficiency.py --methods asha-g3 asha-g9-r4
         .venv/bin/python benchmarks/search_efficiency.py --methods tpe cmaes asha bohb \
             asha-tpe --target-quantiles 5 --jobs 2 --json searchers.json
+        nice -n 5 .venv/bin/python benchmarks/search_efficiency.py --seeds 30 \
+            --problems tab-digits-mlp tab-gbm tab-gbm-late \
+            --methods random tpe asha asha-tpe bohb --json tabulated.json
 """
 
 from __future__ import annotations
@@ -101,7 +115,7 @@ from methods import (
     make_method,
     parse_method,
 )
-from problems import PROBLEMS, Problem
+from problems import DEFAULT_PROBLEMS, PROBLEMS, Problem
 
 import tunefleet as tune
 from tunefleet import search
@@ -162,14 +176,19 @@ def reference(
     problem: Problem, workers: int, full_trials: int, quantiles: list[str]
 ) -> dict[str, Any]:
     """Targets, median random value, optimum, ceilings and budget, once per problem."""
-    rng = random.Random(12345)
-    configs = [problem.sample(rng) for _ in range(REFERENCE_CONFIGS)]
-    final = [problem.true_loss(c, problem.max_budget) for c in configs]
-    opt_rng = random.Random(54321)
-    optimum = min(
-        problem.true_loss(problem.sample(opt_rng), problem.max_budget)
-        for _ in range(OPTIMUM_CONFIGS)
-    )
+    if problem.reference_configs is not None:  # a table: its configs are the truth
+        configs = problem.reference_configs()
+        final = [problem.true_loss(c, problem.max_budget) for c in configs]
+        optimum = min(final)  # every config maps onto a row: the problem's optimum
+    else:
+        rng = random.Random(12345)
+        configs = [problem.sample(rng) for _ in range(REFERENCE_CONFIGS)]
+        final = [problem.true_loss(c, problem.max_budget) for c in configs]
+        opt_rng = random.Random(54321)
+        optimum = min(
+            problem.true_loss(problem.sample(opt_rng), problem.max_budget)
+            for _ in range(OPTIMUM_CONFIGS)
+        )
     mean_step_cost = statistics.fmean(problem.cost(c, 1) for c in configs)
     budgets = [b for b in (1, 3, 9, 27) if b < problem.max_budget]
     targets, t_hit = {}, {}
@@ -180,6 +199,7 @@ def reference(
         t_hit[q] = {"median": float(np.median(hits)), "min": min(hits), "n": len(hits)}
     return {
         "targets": targets,
+        "reference_configs": len(configs),
         "t_hit": t_hit,
         "median_random": float(np.median(final)),
         "optimum": optimum,
@@ -240,7 +260,9 @@ def run_once(
         # TERMINATED with no metrics (as in Ray Tune); counted apart, for the record.
         errors = [str(e) for e in results.errors]
         no_result = [result.path for result in results if not result.metrics]
-        trials = len(results)
+        # started = reported a result: a trial created but never given a worker, or cut
+        # by the time budget before its first result, is in `no_result` only
+        trials = len(results) - len(no_result)
     points.sort()
     suggest_s = timing["suggest_s"]
     return {
@@ -301,7 +323,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=30,
         help="budget: time for this many max-budget trials of average cost, per worker set",
     )
-    parser.add_argument("--problems", nargs="+", choices=sorted(PROBLEMS), default=list(PROBLEMS))
+    parser.add_argument(
+        "--problems",
+        nargs="+",
+        choices=sorted(PROBLEMS),
+        default=list(DEFAULT_PROBLEMS),
+        help="default: the synthetic ones; tab-*: real learning curves (tabulated.py)",
+    )
     parser.add_argument(
         "--methods",
         nargs="+",
