@@ -20,7 +20,7 @@ from tunefleet.engine.objective_filter import ObjectiveFilter, RequiredKey
 from tunefleet.result import SHOULD_CHECKPOINT
 from tunefleet.schedulers._base import TrialScheduler
 from tunefleet.search._base import FINISHED, Searcher
-from tunefleet.trial import Trial
+from tunefleet.trial import StopCause, Trial
 
 logger = logging.getLogger("tunefleet")
 
@@ -191,18 +191,29 @@ class Endings:
         return True
 
     def completed(self, trial: Trial) -> None:
-        """A running trial ended: both get its last result, marked ``done``."""
+        """A running trial ended: both get its last result, marked ``done``; the
+        searcher hears whether the scheduler stopped it early (`stopped_early`)."""
+        read = getattr(self._scheduler, "stopped_early", None)  # a Ray-form one has none
+        early = bool(read(trial)) if read is not None else False  # read, told or not
         if self._first(trial.trial_id):
             last = trial.last_result
             final = {**last, "done": True} if last else last
-            self._searcher.on_trial_complete(trial.trial_id, self._clean(final))
+            self._tell(trial.trial_id, self._clean(final), early=early)
             self._scheduler.on_trial_complete(trial, final)
 
     def removed(self, trial: Trial) -> None:
-        """A trial that was not running (pending or paused) ended."""
+        """A trial that was not running (pending or paused) ended; one that the
+        scheduler paused and never resumed was stopped early."""
         if self._first(trial.trial_id):
             self._scheduler.on_trial_remove(trial)
-            self._searcher.on_trial_complete(trial.trial_id, self._clean(trial.last_result))
+            early = trial.stop_reason is StopCause.NOT_RESUMED_BY_SCHEDULER
+            self._tell(trial.trial_id, self._clean(trial.last_result), early=early)
+
+    def _tell(self, trial_id: str, result: dict[str, Any] | None, *, early: bool) -> None:
+        if early and result is not None:
+            self._searcher.on_trial_stopped_early(trial_id, result)
+        else:
+            self._searcher.on_trial_complete(trial_id, result)
 
     def failed(self, trial: Trial) -> None:
         """A trial failed for good (no retry)."""

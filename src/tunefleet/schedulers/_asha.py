@@ -263,7 +263,7 @@ class AsyncHyperBandScheduler(TrialScheduler):
         else:
             decision = self._stopping_result(trial.trial_id, b, t, value)
         if self.stop_last_trials and t >= self.max_t:
-            return self.note_stop(trial.trial_id, f"max_t={self.max_t} reached")
+            return self.note_stop(trial.trial_id, f"max_t={self.max_t} reached", early=False)
         return decision
 
     def _stopping_result(self, trial_id: str, b: int, t: float, value: float) -> Decision:
@@ -400,7 +400,7 @@ class AsyncHyperBandScheduler(TrialScheduler):
         else:
             decision = self._pareto_stopping(trial_id, b, t, point)
         if self.stop_last_trials and t >= self.max_t:
-            return self.note_stop(trial_id, f"max_t={self.max_t} reached")
+            return self.note_stop(trial_id, f"max_t={self.max_t} reached", early=False)
         return decision
 
     def _pareto_stopping(self, trial_id: str, b: int, t: float, point: list[float]) -> Decision:

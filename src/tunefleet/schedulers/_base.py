@@ -233,10 +233,32 @@ class TrialScheduler:
         notes: dict[str, str] = self.__dict__.get("_stop_notes", {})
         return notes.pop(trial.trial_id, None)
 
-    def note_stop(self, trial_id: str, note: str) -> Decision:
-        """Remember where `trial_id` is stopped (for `stop_note`); return STOP."""
+    def note_stop(self, trial_id: str, note: str, *, early: bool = True) -> Decision:
+        """Remember where `trial_id` is stopped (for `stop_note`); return STOP.
+
+        `early`: stopped before its full budget (below a rung's cutoff, below the
+        median), so its last result is not a final value (`stopped_early`); False when
+        the trial reached the budget (`max_t`).
+        """
         self.__dict__.setdefault("_stop_notes", {})[trial_id] = note
+        early_ids: set[str] = self.__dict__.setdefault("_stopped_early", set())
+        if early:
+            early_ids.add(trial_id)
+        else:
+            early_ids.discard(trial_id)
         return Decision.STOP
+
+    def stopped_early(self, trial: Trial) -> bool:
+        """Whether this scheduler's STOP of `trial` came before its full budget (noted
+        with `note_stop(..., early=True)`); read (and forgotten) by the controller when
+        the trial ends, which then tells the searcher `on_trial_stopped_early` instead
+        of `on_trial_complete`. A STOP without a note is not early (as in Ray Tune,
+        where the searcher hears every end as a completion)."""
+        early_ids: set[str] = self.__dict__.get("_stopped_early", set())
+        if trial.trial_id in early_ids:
+            early_ids.discard(trial.trial_id)
+            return True
+        return False
 
     def get_state(self) -> dict[str, Any]:
         return {}

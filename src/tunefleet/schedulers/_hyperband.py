@@ -147,7 +147,7 @@ class HyperBandScheduler(TrialScheduler):
             return Decision.CONTINUE
         if bracket["halves"] == 0:
             if self.stop_last_trials:
-                return self.note_stop(tid, f"max_t={self.max_t} reached")
+                return self.note_stop(tid, f"max_t={self.max_t} reached", early=False)
             return Decision.CONTINUE
         bracket["waiting"].append(tid)
         self._held.add(tid)

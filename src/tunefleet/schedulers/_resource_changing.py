@@ -149,6 +149,9 @@ class ResourceChangingScheduler(TrialScheduler):
     def stop_note(self, trial: Trial) -> str | None:
         return self.base.stop_note(trial)
 
+    def stopped_early(self, trial: Trial) -> bool:
+        return self.base.stopped_early(trial)
+
     def on_trial_result(self, trial: Trial, result: dict[str, Any]) -> SchedulerDecision:
         decision = self.base.on_trial_result(trial, result)
         if decision is not Decision.CONTINUE or self._cluster is None:

@@ -112,6 +112,15 @@ class Searcher(ABC):
     ) -> None:
         """The trial ended; `result` is its last result, `error` True if it failed."""
 
+    def on_trial_stopped_early(self, trial_id: str, result: dict[str, Any] | None) -> None:
+        """The scheduler stopped the trial before its full budget (ASHA below a rung's
+        cutoff, median stopping, a paused trial never resumed): `result`, its last, is
+        not a final value. Searchers that model this override it (OptunaSearch tells
+        the study the trial was pruned at its step; HyperOptSearch and BayesOptSearch
+        leave it out of their model); by default it is `on_trial_complete`, as Ray
+        Tune tells every end."""
+        self.on_trial_complete(trial_id, result)
+
     # -- results from elsewhere (Ray's names) -------------------------------------------
     def add_evaluated_point(
         self,

@@ -44,6 +44,7 @@ from tunefleet.search._shared import (
     require_metric,
     split_space,
     suggest_index,
+    tell_pruned,
 )
 from tunefleet.space import (
     GRID_KEY,
@@ -287,6 +288,12 @@ class BayesOptSearch(SpaceSearcher):
                 return config
             study.tell(trial, state=self._optuna.trial.TrialState.FAIL)
         return None
+
+    def on_trial_stopped_early(self, trial_id: str, result: dict[str, Any] | None) -> None:
+        """Left out of the GP (told as pruned): a value before the full budget."""
+        trial = self._live.pop(trial_id, None)
+        if trial is not None and self._study is not None:
+            tell_pruned(self._study, trial.number)
 
     def on_trial_complete(
         self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False

@@ -60,6 +60,9 @@ class WithParamSpace(Searcher):
     ) -> None:
         self.searcher.on_trial_complete(trial_id, result=result, error=error)
 
+    def on_trial_stopped_early(self, trial_id: str, result: dict[str, Any] | None) -> None:
+        self.searcher.on_trial_stopped_early(trial_id, result)
+
     def get_state(self) -> dict[str, Any]:
         return self.searcher.get_state()
 

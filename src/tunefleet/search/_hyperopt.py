@@ -223,6 +223,11 @@ class HyperOptSearch(SpaceSearcher):
         self._live[trial_id] = tid
         return self._config(tid, vals)
 
+    def on_trial_stopped_early(self, trial_id: str, result: dict[str, Any] | None) -> None:
+        """Left out of TPE's model, as a failed trial: its loss before the full budget
+        is not a final one."""
+        self.on_trial_complete(trial_id, None, error=True)
+
     def on_trial_complete(
         self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False
     ) -> None:

@@ -57,7 +57,7 @@ class ConcurrencyLimiter(WrappingSearcher):
         # a searcher that limits itself (set_max_concurrency True) gets every call
         self._limit = not searcher.set_max_concurrency(max_concurrent)
         self._live: list[str] = []  # suggested, not yet told to the searcher as ended
-        self._ended: dict[str, tuple[dict[str, Any] | None, bool]] = {}  # batch: held back
+        self._ended: dict[str, tuple[dict[str, Any] | None, bool, bool]] = {}  # batch: held back
 
     def set_search_properties(
         self, metric: MetricSpec, mode: ModeSpec, config: dict[str, Any], **spec: Any
@@ -86,21 +86,33 @@ class ConcurrencyLimiter(WrappingSearcher):
         self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False
     ) -> None:
         """Free the trial's slot (with `batch`: once every trial of the batch ended)."""
-        if (
-            not self._limit or trial_id not in self._live
-        ):  # not counted here (e.g. suggested before a restore)
-            self.searcher.on_trial_complete(trial_id, result=result, error=error)
+        self._end(trial_id, result, error, early=False)
+
+    def on_trial_stopped_early(self, trial_id: str, result: dict[str, Any] | None) -> None:
+        """Free the trial's slot as `on_trial_complete`; the wrapped searcher hears that
+        it was stopped early."""
+        self._end(trial_id, result, False, early=True)
+
+    def _end(
+        self, trial_id: str, result: dict[str, Any] | None, error: bool, *, early: bool
+    ) -> None:
+        if self._limit and trial_id in self._live and self.batch:
+            self._ended[trial_id] = (result, error, early)
+            if len(self._ended) < len(self._live):
+                return
+            ended, self._ended, self._live = self._ended, {}, []
+            for tid, (res, err, stopped) in ended.items():
+                self._tell(tid, res, err, stopped)
             return
-        if not self.batch:
+        if self._limit and trial_id in self._live:
             self._live.remove(trial_id)
+        self._tell(trial_id, result, error, early)  # else not counted (suggested before a restore)
+
+    def _tell(self, trial_id: str, result: dict[str, Any] | None, error: bool, early: bool) -> None:
+        if early:
+            self.searcher.on_trial_stopped_early(trial_id, result)
+        else:
             self.searcher.on_trial_complete(trial_id, result=result, error=error)
-            return
-        self._ended[trial_id] = (result, error)
-        if len(self._ended) < len(self._live):
-            return
-        ended, self._ended, self._live = self._ended, {}, []
-        for tid, (res, err) in ended.items():
-            self.searcher.on_trial_complete(tid, result=res, error=err)
 
     def set_max_concurrency(self, max_concurrent: int) -> bool:
         """A limiter inside another takes the outer one's limit (as in Ray)."""
@@ -115,7 +127,7 @@ class ConcurrencyLimiter(WrappingSearcher):
             "max_concurrent": self.max_concurrent,
             "batch": self.batch,
             "live": list(self._live),
-            "ended": [[tid, res, err] for tid, (res, err) in self._ended.items()],
+            "ended": [[tid, *ending] for tid, ending in self._ended.items()],
             "searcher": self.searcher.get_state(),
         }
 
@@ -127,5 +139,8 @@ class ConcurrencyLimiter(WrappingSearcher):
         self.batch = bool(state.get("batch", self.batch))
         self._limit = not self.searcher.set_max_concurrency(self.max_concurrent)
         self._live = [str(t) for t in state["live"]]
-        self._ended = {str(tid): (res, bool(err)) for tid, res, err in state["ended"]}
+        self._ended = {  # [tid, result, error] before stopped-early ends were told apart
+            str(tid): (res, bool(err), bool(rest and rest[0]))
+            for tid, res, err, *rest in state["ended"]
+        }
         self.searcher.set_state(state["searcher"])

@@ -38,7 +38,7 @@ from tunefleet.search._optuna_space import (
     point_params,
     to_distributions,
 )
-from tunefleet.search._optuna_state import StudyState
+from tunefleet.search._optuna_state import StudyState, asked_log
 from tunefleet.search._shared import (
     check_points,
     check_rewards,
@@ -46,6 +46,7 @@ from tunefleet.search._shared import (
     import_optional,
     quiet_optuna,
     require_metric,
+    tell_pruned,
 )
 from tunefleet.space import (
     Function,
@@ -413,6 +414,14 @@ class OptunaSearch(SpaceSearcher):
                 storage.set_trial_user_attr(internal, _CONSTRAINTS_ATTR, feasibility)
             self._study.tell(number, values)
 
+    def on_trial_stopped_early(self, trial_id: str, result: dict[str, Any] | None) -> None:
+        """Tell the study the trial was pruned, with its value at its step (one objective)."""
+        number = self._live.pop(trial_id, None)
+        if number is not None and self._study is not None:
+            values = self._values(result) if result and len(self._objectives) == 1 else None
+            step = (result or {}).get("training_iteration")
+            tell_pruned(self._study, number, values[0] if values else None, step)
+
     def _values(self, result: dict[str, Any]) -> list[float] | None:
         return self._read(result, [m for m, _ in self._objectives], "objective")
 
@@ -470,24 +479,11 @@ class OptunaSearch(SpaceSearcher):
             self._asked = StateLog(live)
             self._asks_before = int(state["asks"]) - len(live)
         else:
-            self._asked = _asked_log(state.get("asked"))
+            self._asked = asked_log(state.get("asked"))
             self._asks_before = int(state["asks_before"])
         self._asks = self._asks_before + len(self._asked)
         running = set(self._state.trials.open_numbers())
         self._live = {tid: number for tid, number in self._asked if number in running}
-
-
-def _asked_log(value: Any) -> StateLog:
-    """The saved asks: the store's StateLog of [trial id, trial number] items."""
-    if not isinstance(value, list):
-        raise ValueError(f"OptunaSearch state: asked={value!r} must be a list")
-    for item in value:
-        valid = isinstance(item, list) and len(item) == 2 and isinstance(item[0], str)
-        if not (valid and isinstance(item[1], int) and not isinstance(item[1], bool)):
-            raise ValueError(
-                f"OptunaSearch state: asked item {item!r} is not [trial id, trial number]"
-            )
-    return value if isinstance(value, StateLog) else StateLog(value)
 
 
 # ---------------------------------------------------------------- objectives

@@ -50,6 +50,8 @@ def trial_to_data(trial: FrozenTrial, table: dict[str, int]) -> dict[str, Any]:
         data["system_attrs"] = system
     if trial.user_attrs:
         data["user_attrs"] = dict(trial.user_attrs)
+    if trial.intermediate_values:  # a pruned trial's: TPE ranks it by its last step
+        data["intermediate"] = [[s, v] for s, v in sorted(trial.intermediate_values.items())]
     return data
 
 
@@ -67,6 +69,7 @@ def trial_from_data(data: dict[str, Any], table: list[BaseDistribution]) -> Froz
         distributions=dists,
         user_attrs=data.get("user_attrs", {}),
         system_attrs=system,
+        intermediate_values={int(s): float(v) for s, v in data.get("intermediate", [])},
     )
 
 
@@ -347,3 +350,16 @@ def _number(data: Any, owner: str) -> int:
     if isinstance(number, bool) or not isinstance(number, int):
         raise ValueError(f"{owner} state: the trial {str(data)[:200]} has no int 'number'")
     return number
+
+
+def asked_log(value: Any) -> StateLog:
+    """The saved asks: the store's StateLog of [trial id, trial number] items."""
+    if not isinstance(value, list):
+        raise ValueError(f"OptunaSearch state: asked={value!r} must be a list")
+    for item in value:
+        valid = isinstance(item, list) and len(item) == 2 and isinstance(item[0], str)
+        if not (valid and isinstance(item[1], int) and not isinstance(item[1], bool)):
+            raise ValueError(
+                f"OptunaSearch state: asked item {item!r} is not [trial id, trial number]"
+            )
+    return value if isinstance(value, StateLog) else StateLog(value)

@@ -383,6 +383,24 @@ def quiet_optuna() -> contextlib.AbstractContextManager[None]:
     return _QuietOptuna()
 
 
+def tell_pruned(
+    study: Any, number: int, value: float | None = None, step: int | None = None
+) -> None:
+    """Tell an Optuna `study` that its trial `number` was stopped early, its `value` (a
+    single objective's) at `step` as the trial's intermediate value: Optuna's TPE ranks
+    pruned trials after the complete ones, by the step reached, then by that value
+    (GP and the others leave them out of their model). Without a value it is told
+    pruned with no value, which every sampler leaves out."""
+    from optuna.trial import TrialState
+
+    with quiet_optuna():
+        if value is not None and step is not None and math.isfinite(value):
+            storage = study._storage
+            internal = storage.get_trial_id_from_study_id_trial_number(study._study_id, number)
+            storage.set_trial_intermediate_value(internal, max(0, int(step)), float(value))
+        study.tell(number, state=TrialState.PRUNED)
+
+
 class _OptunaInfo(logging.Filter):
     """On Optuna's loggers: drops their records below WARNING while `depth` > 0."""
 
