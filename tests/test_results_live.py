@@ -88,7 +88,19 @@ def test_read_from_disk_the_results_are_json(fitted: tuple[tune.Tuner, ResultGri
     assert rows and all("config" not in row for row in rows)
 
 
-def test_tune_run_analysis_holds_the_trials_objects(tmp_path: Path) -> None:
+def test_tune_run_analysis_holds_the_trials_objects(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tunefleet import _analysis
+
+    reads: list[str] = []  # the experiment's trials are read from the store once, not twice
+    real_init = _analysis.ExperimentAnalysis.__init__
+
+    def counted(self: _analysis.ExperimentAnalysis, path: Any, *args: Any, **kwargs: Any) -> None:
+        reads.append(str(path))
+        real_init(self, path, *args, **kwargs)
+
+    monkeypatch.setattr(_analysis.ExperimentAnalysis, "__init__", counted)
     analysis = tune.run(
         train_fn,
         config={**SPACE, "lr": 0.3},
@@ -104,6 +116,7 @@ def test_tune_run_analysis_holds_the_trials_objects(tmp_path: Path) -> None:
     assert analysis.best_result == trial.last_result
     assert analysis.results[trial.trial_id]["shape"] == (2, 3)
     assert analysis.best_config is not None and analysis.best_config["api_key"] == "***"
+    assert len(reads) == 1, reads
 
 
 def test_shown_copies_nothing_without_secrets_and_keeps_types() -> None:

@@ -430,15 +430,14 @@ def run(
     )
     runner = _resumed(tuner, resume, storage_path or local_dir, name)
     from tunefleet.engine.controller_util import counting_presses
-    from tunefleet.results import ExperimentAnalysis
 
-    with counting_presses():  # Ctrl-C is counted, not raised, until the results are read
-        with env_set("TUNEFLEET_CHDIR_TO_TRIAL_DIR", "0" if stay_in_cwd else None):
-            grid = runner.fit()
-        analysis = ExperimentAnalysis(
-            grid.experiment_path, default_metric=metric, default_mode=mode
-        )
-    analysis._adopt_live(runner._live_trials)  # the trials' own configs and last results
+    chdir = "0" if stay_in_cwd else None
+    # Ctrl-C is counted, not raised, until the results are read
+    with counting_presses(), env_set("TUNEFLEET_CHDIR_TO_TRIAL_DIR", chdir):
+        grid = runner.fit()
+    analysis = grid._analysis  # read once, with the trials' own configs and last results
+    analysis.default_metric = metric or analysis.default_metric
+    analysis.default_mode = mode or analysis.default_mode
     if raise_on_failed_trial and grid.num_errors:
         failed = ", ".join(f"{e.trial_id} ({e})" for e in grid.errors[:5])
         raise TuneError(
