@@ -165,3 +165,34 @@ def test_a_bad_interval_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
         sample_interval()
     monkeypatch.setenv(SAMPLE_ENV, "0.25")
     assert sample_interval() == 0.25
+
+
+class _Counted(UsageSampler):
+    """A sampler that counts its samples and signals each one."""
+
+    def __init__(self, interval: float) -> None:
+        super().__init__(memory_limit=None, interval=interval)
+        self.samples = 0
+        self.sampled = threading.Event()
+
+    def start(self) -> _Counted:
+        super().start()
+        return self
+
+    def _sample(self, me: Any) -> None:
+        super()._sample(me)
+        self.samples += 1
+        self.sampled.set()
+
+
+def test_an_attempt_shorter_than_the_interval_is_never_sampled() -> None:
+    # Most attempts of a search of trivial trials last a few milliseconds: they must not
+    # each pay a walk of the process tree. The first sample comes one interval after
+    # the attempt starts; an attempt replaced before that gets none.
+    short = _Counted(interval=3600.0).start()
+    short.stop()
+    longer = _Counted(interval=0.01).start()  # the same thread, woken for the next attempt
+    assert longer.sampled.wait(60), "the next attempt was never sampled"
+    longer.stop()
+    assert short.samples == 0 and short._peak == 0
+    assert short.snapshot()["peak_rss_mb"] > 0  # its own peak is still read, once

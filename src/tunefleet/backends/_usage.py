@@ -158,7 +158,8 @@ class UsageSampler:
 
 class _Sampling:
     """The worker's one sampling thread: it samples the running attempt's `UsageSampler`
-    every interval, and waits while no attempt runs. A forked child starts its own."""
+    every interval, the first time one interval after the attempt started, and waits
+    while no attempt runs. A forked child starts its own."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -168,7 +169,8 @@ class _Sampling:
         self._pid = 0  # the process the thread runs in
 
     def attach(self, sampler: UsageSampler) -> threading.Thread:
-        """Sample `sampler` from now on (its first sample at once); returns the thread."""
+        """Sample `sampler` from now on (its first sample one interval from now);
+        returns the thread."""
         with self._lock:
             self._current = sampler
             if self._thread is None or self._pid != os.getpid() or not self._thread.is_alive():
@@ -196,12 +198,17 @@ class _Sampling:
         while True:
             self._wake.clear()
             sampler = self._current
-            if sampler is not None:
-                try:
-                    sampler._sample(me)
-                except Exception:  # usage is informative only: never fail a trial for it
-                    pass
-            self._wake.wait(sampler._interval if sampler is not None else None)
+            if sampler is None:
+                self._wake.wait()
+                continue
+            # an attempt's first sample comes one interval after it starts: a short
+            # trial (most of a search of trivial trials) costs no /proc walk at all
+            if self._wake.wait(sampler._interval) or self._current is not sampler:
+                continue  # another attempt came (or this one ended): its own interval
+            try:
+                sampler._sample(me)
+            except Exception:  # usage is informative only: never fail a trial for it
+                pass
 
 
 _SAMPLING = _Sampling()
