@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, TypeGuard
 
 from tunefleet import result as keys
+from tunefleet._linger import LINGERING
 from tunefleet._metrics import python_scalars
 from tunefleet._milestones import Crossing, DecisionPoints
 from tunefleet.resources import PlacementGroupFactory
@@ -36,7 +37,6 @@ SESSION_HOOK_ENV = "TUNEFLEET_SESSION_HOOK"
 
 _FLUSH_EVERY_S = 0.002  # batch reports that come faster than this
 _MAX_BATCH = 512
-_LINGER_S = 0.005  # a batched tail is sent at most this late
 
 
 def host_keys(now: float) -> dict[str, Any]:
@@ -200,9 +200,7 @@ class TrialSession:
         self._last_flush = 0.0
         self._buffer: list[tuple[dict[str, Any], str | None]] = []
         self._lock = threading.Lock()
-        self._linger = threading.Event()
         self._closed = False
-        self._flusher: threading.Thread | None = None
         self._pid = os.getpid()
         # A checkpoint being persisted in the background holds back the results from its
         # own on (`_held`), so that the driver records it, and them, in order once it is.
@@ -257,16 +255,13 @@ class TrialSession:
                 urgent = ckpt_path is not None or wait or len(self._buffer) >= _MAX_BATCH
                 if urgent or now - self._last_flush >= _FLUSH_EVERY_S:
                     self._flush_locked(now)
-                else:
-                    self._linger.set()
+                elif not self._sync:
+                    LINGERING.ask(self)
         if staged is not None:
             self._persister.start(staged, self._persisted)
             if wait:  # the driver decides on this result: it must have reached it
                 self._persister.wait()
                 self._raise_persist_error()
-        if self._flusher is None and not self._sync:
-            self._flusher = threading.Thread(target=self._flush_loop, daemon=True)
-            self._flusher.start()
         decision = self._poll_control(wait)
         if decision == "STOP" or decision == "PAUSE":
             raise StopTrial(pause=decision == "PAUSE")
@@ -377,7 +372,6 @@ class TrialSession:
         self._persister.wait()
         self._closed = True
         self.flush()
-        self._linger.set()
 
     def _flush_locked(self, now: float) -> None:
         if self._buffer:
@@ -385,16 +379,11 @@ class TrialSession:
             self._send(batch)
         self._last_flush = now
 
-    def _flush_loop(self) -> None:
-        while not self._closed:
-            self._linger.wait()
-            if self._closed:
-                return
-            time.sleep(_LINGER_S)
-            with self._lock:
-                self._linger.clear()
-                if not self._closed:
-                    self._flush_locked(time.perf_counter())
+    def _linger_flush(self) -> None:
+        """Send the batched tail (`_Lingering`, a linger after the last report)."""
+        with self._lock:
+            if not self._closed:
+                self._flush_locked(time.perf_counter())
 
 
 _session: TrialSession | None = None
