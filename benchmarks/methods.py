@@ -6,7 +6,10 @@ both build their methods here, so a name means the same thing in both.
 
 from __future__ import annotations
 
+import json
+import subprocess
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from tunefleet import search
@@ -76,7 +79,16 @@ PAIRS = {
     "bohb": ("bohb", "hb-bohb"),
     "asha-tpe": ("tpe", "asha"),
 }
-METHODS = (*SCHEDULERS, *PAIRS)
+# peers in their own ask-and-tell loops, run by the peers' Python on the tabulated
+# problems only: (script in peers/, its variant, (searcher, scheduler) for the reports)
+PEERS = {
+    "optuna-tpe-sha": ("optuna_tabulated.py", "sha", ("tpe", "optuna-sha")),
+    "optuna-tpe-hb": ("optuna_tabulated.py", "hb", ("tpe", "optuna-hb")),
+    "syne-asha": ("syne_tune_tabulated.py", "asha", ("rs", "syne-asha")),
+    "syne-bohb": ("syne_tune_tabulated.py", "bohb", ("bohb", "syne-bohb")),
+}
+PEERS_PYTHON = Path(__file__).resolve().parent.parent / ".venv-peers" / "bin" / "python"
+METHODS = (*SCHEDULERS, *PAIRS, *PEERS)
 DEFAULT_METHODS = ("random", "asha", "ahb", "hyperband", "median")
 
 
@@ -84,6 +96,8 @@ def parse_method(method: str) -> tuple[str, str]:
     """(searcher, scheduler) of a method name: a named pair, a scheduler or "S+SCHED"."""
     if method in PAIRS:
         return PAIRS[method]
+    if method in PEERS:
+        return PEERS[method][2]  # for the reports only: make_method does not build peers
     if method in SCHEDULERS:
         return "rs", method
     searcher, _, scheduler = method.partition("+")
@@ -107,3 +121,21 @@ def is_model_based_multi_fidelity(method: str) -> bool:
     """A model-based searcher with an early-stopping scheduler (the issue's contenders)."""
     searcher, scheduler = parse_method(method)
     return searcher not in ("rs", "qmc") and scheduler not in ("random", "fifo")
+
+
+def run_peer(task: str, method: str, seed: int, budget: float, workers: int) -> dict[str, Any]:
+    """One run of a peer method (``PEERS``) on tabulated `task`: ``run_once``'s record."""
+    name, variant, _ = PEERS[method]
+    script = Path(__file__).resolve().parent / "peers" / name
+    args = ["--task", task, "--variant", variant, "--seeds", str(seed)]
+    args += ["--budget", repr(budget), "--workers", str(workers)]
+    if not PEERS_PYTHON.exists():
+        raise SystemExit(f"{method}: no {PEERS_PYTHON} (make bench-peers creates it)")
+    proc = subprocess.run(
+        [str(PEERS_PYTHON), str(script), *args], capture_output=True, text=True, check=False
+    )
+    lines = [x for x in proc.stdout.splitlines() if x.startswith("TUNEFLEET_TABULATED ")]
+    if proc.returncode or not lines:
+        raise RuntimeError(f"{method} on {task}, seed {seed}: {proc.stderr[-2000:]}")
+    record: dict[str, Any] = json.loads(lines[-1].partition(" ")[2])
+    return record

@@ -19,6 +19,10 @@ Opt-in searchers (``SEARCHERS``): ``tpe`` (``OptunaSearch(seed=s)``), ``gp``
 (``OptunaSearch(sampler="cmaes", seed=s)``), alone (FIFO); ``bohb`` (``TuneBOHB(seed=s)``
 with ``HyperBandForBOHB(max_t)``) and ``asha-tpe`` (``OptunaSearch`` with ASHA). Any
 ``SEARCHER+SCHEDULER`` pair also works, e.g. ``tpe+ahb`` or ``rs+asha-g3``.
+Peers, on the tabulated problems only, in their own ask-and-tell loops on simulated
+workers, run by ``.venv-peers``: ``optuna-tpe-sha`` / ``optuna-tpe-hb`` (Optuna's TPE with
+its ``SuccessiveHalvingPruner`` / ``HyperbandPruner``, ``peers/optuna_tabulated.py``),
+``syne-asha`` / ``syne-bohb`` (Syne Tune's, ``peers/syne_tune_tabulated.py``).
 
 Figures, per problem x method over the seeds:
 
@@ -110,10 +114,12 @@ from methods import (
     DEFAULT_METHODS,
     METHODS,
     PAIR_SCHEDULERS,
+    PEERS,
     SCHEDULERS,
     SEARCHERS,
     make_method,
     parse_method,
+    run_peer,
 )
 from problems import DEFAULT_PROBLEMS, PROBLEMS, Problem
 
@@ -370,6 +376,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             parse_method(method)
         except ValueError as e:
             parser.error(str(e))
+    if any(m in PEERS for m in args.methods) and not all(
+        PROBLEMS[p].reference_configs for p in args.problems
+    ):
+        parser.error(f"{', '.join(PEERS)} run on the tabulated problems (tab-*) only")
     if args.quick:
         args.seeds, args.full_trials = 3, 20
     if "random" in args.methods:
@@ -385,7 +395,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def run_task(task: tuple[str, str, int, dict[str, Any], int, float]) -> dict[str, Any]:
     """One run, summarized (the unit of work of --jobs)."""
     name, method, seed, ref, workers, overhead_scale = task
-    run = run_once(PROBLEMS[name], method, seed, ref["time_budget_s"], workers, overhead_scale)
+    if method in PEERS:  # Optuna's own loop, in the peers' environment
+        run = run_peer(name.removeprefix("tab-"), method, seed, ref["time_budget_s"], workers)
+    else:
+        run = run_once(PROBLEMS[name], method, seed, ref["time_budget_s"], workers, overhead_scale)
     summary = summarize_run(run, ref)
     keys = (
         *("trials", "results", "errors", "no_result", "wall_s", "searcher_s", "suggest_s"),

@@ -27,7 +27,9 @@ holds the exact configs it was trained with. Losses are rounded to 4 significant
 digits, seconds to 3. The losses are exactly reproducible (seeded: config stream and
 model seeds); the seconds are measured, so they vary from run to run.
 
-    nice -n 5 .venv/bin/python benchmarks/tabulate_curves.py --task gbm --configs 2000
+    nice -n 5 .venv/bin/python benchmarks/tabulate_curves.py --task digits-mlp --configs 2500
+    nice -n 5 .venv/bin/python benchmarks/tabulate_curves.py --task gbm --configs 1200
+    nice -n 5 .venv/bin/python benchmarks/tabulate_curves.py --task gbm-late --configs 1000
     .venv/bin/python benchmarks/tabulate_curves.py --report   # rank correlations
 """
 
@@ -67,7 +69,7 @@ MLP_SPACE: dict[str, rp.Spec] = {
 }
 SPACES: dict[str, dict[str, rp.Spec]] = {
     "digits-mlp": MLP_SPACE,
-    "gbm": {  # shallow trees: the early steps rank configs fairly
+    "gbm": {  # shallow trees
         "learning_rate": ("loguniform", 0.01, 0.5),
         "max_depth": ("randint", 1, 4),  # 1..3
         "subsample": ("uniform", 0.5, 1.0),

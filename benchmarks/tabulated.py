@@ -31,8 +31,6 @@ import numpy as np
 import real_problems as rp  # siblings: the script's folder is on sys.path
 from tabulate_curves import DATA_DIR, MAX_BUDGET, METRIC, SPACES, load_table, table_path
 
-import tunefleet as tune
-
 if TYPE_CHECKING:
     from problems import Problem
 
@@ -104,6 +102,8 @@ def table(task: str) -> Table:
 def problem(task: str) -> Problem:
     """The ``tab-<task>`` problem; its table is read on the first call of any of its functions."""
     from problems import Problem  # here: problems.py registers these problems on import
+
+    import tunefleet as tune  # here: the peers' environment reads the tables without it
 
     spec = SPACES[task]
 
