@@ -86,7 +86,15 @@ def test_a_callback_asking_is_checkpointed_after_that_step_when_sync(storage: st
 
 class Lockstep(Counter):
     """Step k starts once the driver has seen result k - 2 (a file its callback writes),
-    so a request reaches the trial while it still runs, however fast its steps are."""
+    so a request reaches the trial while it still runs, however fast its steps are.
+
+    The callback marks result k seen before the driver sends the request it asked for
+    at k, so the trial may take two more steps first (k + 1 needs k - 1, k + 2 needs
+    k): it must not end there, or the request finds it gone (a loaded run's failure,
+    with the request at 3 and the trial's end at 5). Step k + 3 needs result k + 1,
+    which the driver reads after sending the request, so the trial takes the request
+    at step k + 3 at the latest.
+    """
 
     def step(self) -> dict[str, Any]:
         seen = Path(self.config["seen"], str(self.count - 1))
@@ -121,11 +129,11 @@ def test_a_callback_asking_gets_a_checkpoint_of_the_state_it_reaches(
             storage_path=storage,
             verbose=0,
             callbacks=[AskAndAcknowledge({3}, str(seen))],
-            stop={"count": 5},
+            stop={"count": 8},  # past the step (6 at the latest) that takes the request
         ),
     ).fit()
     ((iteration, count),) = _checkpoints(grid.experiment_path)
-    assert 3 <= iteration == count <= 5
+    assert 3 <= iteration == count <= 6
     assert grid[0].checkpoint is not None
 
 
