@@ -170,7 +170,7 @@ def print_table(
         for q in ref["targets"]
     )
     header = (
-        f"{'method':<13}{cols} {'regret@25% mean [95% CI]/med':>28} {'@50%':>28} {'@100%':>28} "
+        f"{'method':<15}{cols} {'regret@25% mean [95% CI]/med':>28} {'@50%':>28} {'@100%':>28} "
         f"{'rank':>5} {'seeds':>5} {'trials/run':>10} {'no-result':>9} {'ms/sugg real/cpu':>16} "
         f"{'search s/run real/cpu':>21} {'wall s/run':>10}"
     )
@@ -178,7 +178,7 @@ def print_table(
     print("-" * len(header))
     ranks = mean_ranks(rows)
     for method, summaries in rows.items():
-        line = f"{method:<13}"
+        line = f"{method:<15}"
         for q in ref["targets"]:
             rs = median_ttt([s["time_to_target_s"][q] for s in rows["random"]])
             ttts = [s["time_to_target_s"][q] for s in summaries]

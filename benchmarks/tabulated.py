@@ -16,7 +16,8 @@ took when it was trained on this machine. As a problem of ``search_efficiency.py
 - ``true_loss`` is the table value (no noise: the table is the truth), and the
   references (targets, optimum, median) are the table's own configs: the table is a
   random sample of the space, and every config maps onto one of its rows, so the
-  table's best final loss is the problem's optimum.
+  table's lowest loss (at any step: real curves climb back up, and the incumbent is a
+  result at any budget) is the problem's optimum.
 """
 
 from __future__ import annotations
