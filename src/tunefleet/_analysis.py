@@ -91,8 +91,14 @@ class ExperimentAnalysis:
 
     @classmethod
     def _of_run(cls, path: str, live: Iterable[Trial], **kwargs: Any) -> ExperimentAnalysis:
-        """`_adopt_live(live)`'s analysis, taking each record's values as its stored trial
-        is read: the store's copies never all exist at once (100,000 trials: ~150 MB less)."""
+        """The analysis of the experiment at `path` with the config and last result of the
+        run's own trial records (`live`, what `Tuner.fit()` / `tune.run()` ran in this
+        process) instead of their JSON copies in the store, as Ray Tune's in-process
+        results hold the trial's objects: a tuple stays a tuple, a reported object stays
+        that object, a `tune.Secret` stays a Secret (it prints as ***). What the store
+        hides (secret-looking keys, URL passwords) stays hidden; nothing is copied where
+        nothing is hidden. Each record's values are taken as its stored trial is read, so
+        the store's copies never all exist at once (100,000 trials: ~150 MB less)."""
         self = cls.__new__(cls)
         self._own = {t.trial_id: t for t in live}
         self.__init__(path, **kwargs)  # type: ignore[misc]
@@ -109,21 +115,6 @@ class ExperimentAnalysis:
                 if getattr(trial, key) == getattr(found, key):
                     setattr(trial, key, getattr(found, key))
         return trial
-
-    def _adopt_live(self, live: Iterable[Trial]) -> None:
-        """Take the config and last result of the run's own trial records (`live`, what
-        `Tuner.fit()` / `tune.run()` ran in this process) instead of their JSON copies in
-        the store, as Ray Tune's in-process results hold the trial's objects: a tuple stays
-        a tuple, a reported object stays that object, a `tune.Secret` stays a Secret (it
-        prints as ***). What the store hides (secret-looking keys, URL passwords) stays
-        hidden. Nothing is copied where nothing is hidden."""
-        own = {t.trial_id: t for t in live}
-        for trial in self._experiment.trials:
-            found = own.get(trial.trial_id)
-            if found is not None:
-                trial.config = shown(found.config)
-                trial.last_result = shown(found.last_result)
-                trial.last_result = last_result_with_config(trial)
 
     @property
     def experiment_path(self) -> str:

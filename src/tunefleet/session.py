@@ -255,7 +255,7 @@ class TrialSession:
                 urgent = ckpt_path is not None or wait or len(self._buffer) >= _MAX_BATCH
                 if urgent or now - self._last_flush >= _FLUSH_EVERY_S:
                     self._flush_locked(now)
-                elif not self._sync:
+                else:  # never with sync decisions: each result waits, so it is urgent
                     LINGERING.ask(self)
         if staged is not None:
             self._persister.start(staged, self._persisted)
