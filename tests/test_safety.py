@@ -481,6 +481,15 @@ def test_safe_child(tmp_path: Path) -> None:
     (base / "link").symlink_to(tmp_path)  # a link that leads out is refused as well
     with pytest.raises(ValueError, match="not inside"):
         safe_child(base, "link/x")
+    (base / "trials").mkdir()
+    (base / "trials" / "out").symlink_to(tmp_path)  # the last component, existing folders
+    with pytest.raises(ValueError, match="not inside"):
+        safe_child(base, "trials/out")
+    (base / "inner").mkdir()
+    (base / "trials" / "in").symlink_to(base / "inner")  # a link that stays inside
+    assert safe_child(base, "trials/in/t_2") == str((base / "inner" / "t_2").resolve())
+    (tmp_path / "via").symlink_to(base)  # the base itself reached through a link
+    assert safe_child(tmp_path / "via", "trials/t_3") == str(base.resolve() / "trials" / "t_3")
 
 
 @pytest.mark.parametrize(

@@ -34,6 +34,8 @@ class _Lingering:
     def ask(self, session: Lingerer) -> None:
         """Send `session`'s tail `LINGER_S` from now (or sooner, with another's)."""
         with self._lock:
+            if id(session) in self._due:
+                return  # asked already: the thread is up and will send it
             self._due[id(session)] = session
             if self._thread is None or self._pid != os.getpid() or not self._thread.is_alive():
                 self._pid = os.getpid()

@@ -42,8 +42,13 @@ _MAX_BATCH = 512
 def host_keys(now: float) -> dict[str, Any]:
     """Ray Tune's auto-filled ``date``, ``hostname`` and ``node_ip`` of a result made at
     `now` (seconds since the epoch): function and class trainables both get them here."""
-    date = datetime.datetime.fromtimestamp(now).strftime("%Y-%m-%d_%H-%M-%S")
-    return {keys.DATE: date, keys.HOSTNAME: platform.node(), keys.NODE_IP: _node_ip()}
+    return {keys.DATE: _date(int(now)), keys.HOSTNAME: platform.node(), keys.NODE_IP: _node_ip()}
+
+
+@functools.lru_cache(maxsize=4)
+def _date(second: int) -> str:
+    """The local time of `second` as Ray Tune writes it (made once a second, not per report)."""
+    return datetime.datetime.fromtimestamp(second).strftime("%Y-%m-%d_%H-%M-%S")
 
 
 @functools.cache

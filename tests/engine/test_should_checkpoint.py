@@ -100,7 +100,9 @@ class Lockstep(Counter):
         seen = Path(self.config["seen"], str(self.count - 1))
         while self.count >= 2 and not seen.exists():
             time.sleep(0.001)  # polls for the event
-        return super().step()
+        # Counter's own end at 6 is the last step that may take the request: its test's
+        # `stop` ends it later instead (a loaded run found the request at 6, the end)
+        return {**super().step(), "done": False}
 
 
 class AskAndAcknowledge(AskAt):

@@ -16,6 +16,7 @@ import glob
 import inspect
 import numbers
 import os
+import select
 import shutil
 import signal
 import sys
@@ -64,6 +65,10 @@ class TrialLoop:
         from tunefleet.trainable import placement_of, unwrap
 
         self._channel = channel
+        # one poller for the life of the loop: Connection.poll(0) builds a selector per call,
+        # and a trial polls for the driver's word after every report
+        self._control = select.poll()
+        self._control.register(channel.fileno(), select.POLLIN)
         self._inner, _, self._params = unwrap(setup.trainable)
         self._placement = placement_of(setup.trainable)  # its trials' bundles, if given
         self._experiment_name = setup.experiment_name
@@ -103,7 +108,7 @@ class TrialLoop:
 
     def _poll_control(self, block: bool) -> str | None:
         """Read control messages for the running trial; return STOP/PAUSE/CONTINUE."""
-        while block or self._channel.poll(0):
+        while block or self._control.poll(0):
             msg: ToWorker = self._channel.recv()
             if isinstance(msg, (Start, Exit)):
                 self._pending.append(msg)  # for after this trial
@@ -406,8 +411,9 @@ def _redirect_output(trial_dir: str, names: tuple[str, str]) -> Callable[[], Non
     sys.stderr.flush()
     saved = (os.dup(1), os.dup(2))
     paths = [os.path.join(trial_dir, name) for name in names]
-    for path in paths:
-        os.makedirs(os.path.dirname(path), exist_ok=True)  # e.g. "logs/out.txt"
+    for name, path in zip(names, paths, strict=True):
+        if os.path.dirname(name):  # e.g. "logs/out.txt" (the trial's folder exists)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
     out = os.open(paths[0], os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     err = out if os.path.abspath(paths[1]) == os.path.abspath(paths[0]) else None
     if err is None:
@@ -440,6 +446,15 @@ def _children(pid: int) -> list[int]:
     return found
 
 
+def _has_children() -> bool:
+    """Does this process have a child, alive or a zombie (one system call, no /proc walk)?"""
+    try:
+        os.waitpid(-1, os.WNOHANG)  # 0: a child runs; a pid: one was reaped, others may be
+    except ChildProcessError:
+        return False
+    return True
+
+
 def _kill_children() -> None:
     """No process a trial started outlives it, even when the worker is reused.
 
@@ -447,6 +462,8 @@ def _kill_children() -> None:
     this worker, a subreaper, so the tree holds them too. The tree is killed again
     until it is empty: a process may fork while its parent is being killed.
     """
+    if not _has_children():
+        return  # the common case: the trial started no process
     deadline = time.monotonic() + 5.0
     while time.monotonic() < deadline:
         tree, stack = [], _children(os.getpid())

@@ -10,7 +10,7 @@ import queue
 import sqlite3
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from tunefleet.schedulers._base import TrialScheduler
@@ -38,7 +38,10 @@ class Commits:
     """Commits the store, then deletes the checkpoints dropped before the commit.
 
     Steps commit at most every `_COMMIT_EVERY_S` (a step can be a millisecond);
-    a crash loses at most that much, which resume redoes exactly.
+    a crash loses at most that much, which resume redoes exactly. `before_commit` runs
+    just before each commit (the controller saves the algorithms' states there): what a
+    commit holds is the state as of that moment, and a step that does not commit costs
+    no `get_state()` nor encoding.
 
     A commit that fails for a reason that may pass (the disk is full, another process
     locks the database) keeps everything buffered, warns once, and is retried every
@@ -46,9 +49,15 @@ class Commits:
     that records why has succeeded. Only the last commit (``final=True``) raises.
     """
 
-    def __init__(self, store: ExperimentStore, keeper: CheckpointKeeper) -> None:
+    def __init__(
+        self,
+        store: ExperimentStore,
+        keeper: CheckpointKeeper,
+        before_commit: Callable[[], None] | None = None,
+    ) -> None:
         self._store = store
         self._keeper = keeper
+        self._before_commit = before_commit  # e.g. the algorithms' states into this commit
         self._to_delete: list[str] = []  # checkpoints to delete after the next commit
         self._committed = 0.0  # time.monotonic() of the last commit
         self._failing: str | None = None  # why the store could not write, while it cannot
@@ -85,6 +94,8 @@ class Commits:
         wait = _RETRY_EVERY_S if self._failing else _COMMIT_EVERY_S
         if not (final or (now and not self._failing) or clock - self._committed >= wait):
             return
+        if self._before_commit is not None:
+            self._before_commit()
         self._committed = clock
         try:
             self._store.flush()
@@ -181,7 +192,8 @@ def save_states(
     stopper: Stopper | None,
     callbacks: Sequence[Any] = (),
 ) -> None:
-    """Every step, in the step's transaction: a resume continues from here."""
+    """Before each commit, in its transaction (`Commits`' ``before_commit``): a resume
+    continues from here."""
     store.save_state("clock", {"elapsed_s": round(elapsed_s)})
     store.save_state("searcher", searcher.get_state())
     store.save_state("scheduler", scheduler.get_state())

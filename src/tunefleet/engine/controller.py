@@ -98,7 +98,7 @@ class Controller:
         self.ctrl_c = CtrlC()
         # What searchers and schedulers see of each result (one objective or several).
         self._filter = util.result_filter(spec, scheduler)
-        self._commits = Commits(store, keeper)
+        self._commits = Commits(store, keeper, before_commit=self._save_states)
         name = type(scheduler).__name__
         self._plans = PausePlans(name, self.trials, backend.unfit_reason, keeper.is_kept)
         self._endings = util.Endings(searcher, scheduler, self._filter.clean)  # once per trial
@@ -139,8 +139,7 @@ class Controller:
                 for trial in self.running.values():  # did not stop in time: keep them resumable
                     self._set_status(trial, TrialStatus.PAUSED)
                 self.running.clear()
-                self._save_states()
-                self._commits.close()
+                self._commits.close()  # the last commit, with the algorithms' states
                 for cb in self.callbacks:
                     cb.on_experiment_end(trials=self.trial_list)
         if self.fatal_trial_error is not None:
@@ -161,8 +160,7 @@ class Controller:
             reason = experiment_stop(self.spec.time_budget_s, self.elapsed, self.stopper)
             if reason is not None:
                 self._begin_stop(reason)
-        self._save_states()
-        self._commits.flush(now=False)
+        self._commits.flush(now=False)  # with the algorithms' states, when it commits
         self.reporter.update(self.progress())
         for cb in self.callbacks:
             cb.on_step_end(self.iteration, trials)

@@ -10,8 +10,10 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import re
+import stat
 from typing import Any
 
 MAX_SLUG = 100
@@ -121,6 +123,32 @@ def trial_dirname(raw: Any, trial_id: str, config: dict[str, Any] | None = None)
     return f"{name}_{trial_id}"
 
 
+@functools.lru_cache(maxsize=16)
+def _real_base(base: str) -> str:
+    """``realpath(base)``, resolved once per process: an experiment's folder is the base of
+    every trial's folder, and resolving it walks every component of its path."""
+    return os.path.realpath(base)
+
+
+def _resolved_under(root: str, text: str) -> str:
+    """``realpath(root/text)`` for a resolved `root`, with one ``lstat`` per component of
+    `text` instead of one per component of the whole path (a trial's folder is made this
+    way once per trial)."""
+    parts = text.split(os.sep)
+    if any(part in ("", ".", "..") for part in parts):
+        return os.path.realpath(os.path.join(root, text))
+    path = root
+    for i, part in enumerate(parts):
+        path = os.path.join(path, part)
+        try:
+            mode = os.lstat(path).st_mode
+        except OSError:  # nothing below exists: no link to follow
+            return os.path.join(path, *parts[i + 1 :])
+        if stat.S_ISLNK(mode):
+            return os.path.realpath(os.path.join(root, text))
+    return path
+
+
 def safe_child(base: str | os.PathLike[str], name: str | os.PathLike[str]) -> str:
     """The resolved path of `name` under `base`, checked to stay strictly inside it.
 
@@ -149,9 +177,10 @@ def safe_child(base: str | os.PathLike[str], name: str | os.PathLike[str]) -> st
                 f"path name {name!r} is not valid: a component is longer than "
                 f"{_MAX_COMPONENT_BYTES} bytes"
             )
-    root = os.path.realpath(base)
-    child = os.path.realpath(os.path.join(root, text))
-    if child == root or os.path.commonpath([root, child]) != root:
+    root = _real_base(os.path.abspath(base))  # a relative base: from the cwd of now
+    child = _resolved_under(root, text)
+    inside = root if root.endswith(os.sep) else root + os.sep
+    if not child.startswith(inside):
         raise ValueError(
             f"path name {name!r} is not valid: it resolves to {child}, which is not inside "
             f"{root}; names must stay inside their directory"

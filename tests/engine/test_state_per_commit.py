@@ -1,0 +1,96 @@
+"""The algorithms' states are saved by commit, not by step (issue 18).
+
+A step can take a millisecond and the store commits at most every 20 ms
+(`commit._COMMIT_EVERY_S`): the controller asks the searcher, the scheduler and the
+stopper for their `get_state()` just before each commit, so a step that does not commit
+costs no `get_state()` and no encoding, and each commit still holds the state as of
+that moment (what a resume continues from). Counted on a real run of many short
+trials on the simulated backend: one `get_state()` per commit, every commit holding
+one, and the last state committed is the searcher's state at the end of the run.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import tunefleet as tune
+from tunefleet.backends.simulated import SimulatedTrainable
+from tunefleet.engine import experiment
+from tunefleet.search import BasicVariantGenerator
+from tunefleet.store import ExperimentStore
+
+
+def objective(config: dict[str, Any], budget: int) -> dict[str, float]:
+    return {"loss": (config["x"] - 0.3) ** 2 + 1.0 / budget}
+
+
+class CountedSearch(BasicVariantGenerator):
+    """Random search that counts its `get_state()` calls and the trials it has seen end."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.get_state_calls = 0
+        self.ended = 0
+
+    def on_trial_complete(self, trial_id: str, result: Any = None, error: bool = False) -> None:
+        super().on_trial_complete(trial_id, result, error)
+        self.ended += 1
+
+    def get_state(self) -> dict[str, Any]:
+        self.get_state_calls += 1
+        return {**super().get_state(), "ended": self.ended}
+
+
+class Steps(tune.Callback):
+    def __init__(self) -> None:
+        self.steps = 0
+
+    def on_step_end(self, iteration: int, trials: list[Any], **info: Any) -> None:
+        self.steps += 1
+
+
+def test_states_are_asked_for_once_per_commit_not_per_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    commits: list[int] = []  # the searcher's get_state() count at each commit
+    search = CountedSearch(random_state=0)
+
+    class Counted(ExperimentStore):
+        def flush(self) -> None:
+            commits.append(search.get_state_calls)
+            super().flush()
+
+    monkeypatch.setattr(experiment, "ExperimentStore", Counted)
+    steps = Steps()
+    trials = 400
+    tune.Tuner(
+        SimulatedTrainable(objective, cost=1.0, max_budget=3, workers=4),
+        param_space={"x": tune.uniform(0, 1)},
+        tune_config=tune.TuneConfig(
+            metric="loss", mode="min", num_samples=trials, search_alg=search
+        ),
+        run_config=tune.RunConfig(
+            storage_path=str(tmp_path), name="per_commit", verbose=0, callbacks=[steps]
+        ),
+    ).fit()
+
+    # the first commit (the experiment's meta) comes before the controller: no state
+    assert commits[0] == 0
+    # the store's close() flushes once more after the controller's last commit: empty
+    assert commits[-1] == commits[-2]
+    # each commit between asked for the state once, just before it: never a step without
+    after = commits[1:-1]
+    assert after == list(range(1, len(after) + 1)), after[:20]
+    assert search.get_state_calls == len(after)
+    # the structural property, whatever the speed of the machine: never more asks than
+    # steps (a loaded machine commits at every step; an idle one at few of them)
+    assert search.get_state_calls <= steps.steps + 1
+    # and the last commit holds the state at the end of the run
+    with sqlite3.connect(tmp_path / "per_commit" / "experiment.db") as db:
+        (value,) = db.execute("SELECT value FROM state WHERE key = 'searcher'").fetchone()
+    assert json.loads(value)["ended"] == trials
