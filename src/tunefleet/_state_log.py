@@ -1,7 +1,7 @@
 """Append-only parts of an algorithm's saved state, so saving it costs what changed.
 
-A searcher, scheduler or stopper's `get_state()` is saved at every step of the
-controller, in the step's transaction (a resume continues from exactly there). Where
+A searcher, scheduler or stopper's `get_state()` is saved just before each commit
+of the experiment, in its transaction (a resume continues from exactly there). Where
 the state holds the run's history (a searcher's observations, a scheduler's rungs),
 writing it whole each time makes a run quadratic in its trials. A `StateLog` in the
 state (at any depth of nested dicts) tells the store that this list only grows at its

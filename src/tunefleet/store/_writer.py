@@ -171,7 +171,7 @@ class ExperimentStore:
     def save_state(self, key: str, state: dict[str, Any]) -> None:
         """Keep the JSON-able state of a searcher, scheduler or stopper under `key`.
 
-        Saved every step; a state equal to what is already on disk costs no write, and
+        Saved before each commit; a state equal to what is already on disk costs no write, and
         a `StateLog` in it costs only the items it gained (`tunefleet._state_log`).
         """
         head, logs = split(state)
