@@ -7,7 +7,6 @@ database (`tunefleet.progress.snapshot`).
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
 import logging
 import math
@@ -73,7 +72,10 @@ class ExperimentAnalysis:
                 f"ExperimentAnalysis: default_mode={default_mode!r} is not valid; "
                 "choose 'min' or 'max' (or None)"
             )
-        self._experiment = _Snapshot(path, self._take_own if self._own else None)
+        own = bool(self._own)
+        self._experiment = _Snapshot(
+            path, self._take_own if own else None, self._whole if own else None
+        )
         if trials is not None:
             self._experiment.trials = list(trials)
             for trial in self._experiment.trials:  # Ray's last results hold the config
@@ -98,23 +100,33 @@ class ExperimentAnalysis:
         results hold the trial's objects: a tuple stays a tuple, a reported object stays
         that object, a `tune.Secret` stays a Secret (it prints as ***). What the store
         hides (secret-looking keys, URL passwords) stays hidden; nothing is copied where
-        nothing is hidden. A record equal to its stored trial, with nothing hidden, is
-        taken itself (the stored copy is dropped as it is read); else the stored trial
-        takes the record's values. So the store's copies never all exist at once
-        (100,000 trials: ~150 MB less, and ~80 MB more since records are taken whole)."""
+        nothing is hidden. A record with nothing hidden (and no failure record) is
+        taken itself, its stored row not even decoded (`_whole`); else the stored trial
+        takes the record's values as it is read, so the store's copies never all exist
+        at once (100,000 trials: ~150 MB less, and ~80 MB more for records taken whole)."""
         self = cls.__new__(cls)
         self._own = {t.trial_id: t for t in live}
         self.__init__(path, **kwargs)  # type: ignore[misc]
         self._own = {}
         return self
 
+    def _whole(self, trial_id: str) -> Trial | None:
+        """The run's own record of the trial, taken as it is, when the store hides
+        nothing of its config and last result and it has no failure record (whose text
+        the store may hide more of): no second copy of it is read (100,000 trials: ~80
+        MB less at the end of fit(), and seconds of decoding)."""
+        found = self._own.get(trial_id)
+        if found is None or found.error is not None:
+            return None
+        if shown(found.config) is not found.config:
+            return None
+        if shown(found.last_result) is not found.last_result:
+            return None
+        found.last_result = last_result_with_config(found)
+        return found
+
     def _take_own(self, trial: Trial) -> Trial:
         found = self._own.get(trial.trial_id)
-        if found is not None and _same_record(found, trial):
-            # nothing hidden and nothing else differs: the run's own record, not a
-            # second copy of it (100,000 trials: ~80 MB at the end of fit())
-            found.last_result = last_result_with_config(found)
-            return found
         if found is not None:
             trial.config = shown(found.config)
             trial.last_result = shown(found.last_result)
@@ -408,19 +420,6 @@ def shown(value: Any, depth: int = 0) -> Any:
 
 
 # -- each result with the config it was reported under ---------------------------------------------
-_OWN_VALUES = ("config", "last_result")  # the run's objects, kept as they are (`_of_run`)
-_FIELDS = tuple(f.name for f in dataclasses.fields(Trial) if f.name not in _OWN_VALUES)
-
-
-def _same_record(live: Trial, stored: Trial) -> bool:
-    """Is the run's record `live` what the store has of it: every field equal, and its
-    config and last result with nothing the store hides (`shown` returns them as they
-    are)? Then results may hold the run's record itself."""
-    if shown(live.config) is not live.config or shown(live.last_result) is not live.last_result:
-        return False
-    return all(getattr(live, name) == getattr(stored, name) for name in _FIELDS)
-
-
 def last_result_with_config(trial: Trial) -> dict[str, Any]:
     """The trial's last result with ``"config"`` in it, as Ray Tune's (``{}`` if none)."""
     if not trial.last_result:

@@ -34,11 +34,12 @@ class _Snapshot:
         self,
         experiment_path: str | os.PathLike[str],
         each: Callable[[Trial], Trial] | None = None,
+        instead: Callable[[str], Trial | None] | None = None,
     ) -> None:
         self.path = resolve_experiment(os.fspath(experiment_path))
         with StoreReader(self.path) as reader:
             self.meta = reader.meta()
-            self.trials = reader.trials(each)
+            self.trials = reader.trials(each, instead)
             self.checkpoints = reader.all_checkpoints(every_trial=False)  # read with .get
         self.constraints: list[str] = list(self.meta.get("constraints") or [])
         self._history: dict[str, list[dict[str, Any]]] | None = None

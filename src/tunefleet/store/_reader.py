@@ -129,12 +129,31 @@ class StoreReader:
         return float(rows[0][0]) if rows and rows[0][0] is not None else None
 
     # -- trials ---------------------------------------------------------------------------
-    def trials(self, each: Callable[[Trial], Trial] | None = None) -> list[Trial]:
+    def trials(
+        self,
+        each: Callable[[Trial], Trial] | None = None,
+        instead: Callable[[str], Trial | None] | None = None,
+    ) -> list[Trial]:
         """Every trial, in index order, in its latest flushed state (`each`: applied to
-        each trial as it is read, before the next one is)."""
+        each trial as it is read, before the next one is). `instead`: a trial id -> a
+        record to take as it is, undecoded (the run's own, `ExperimentAnalysis._of_run`),
+        or None to read the stored one."""
         rows = self._each_row("SELECT trial_id, data FROM trials ORDER BY idx, rowid")
-        found = (self._relocate(trial_from_row(self.db_path, tid, data)) for tid, data in rows)
-        return [each(t) for t in found] if each else list(found)
+        found = (self._trial(tid, data, each, instead) for tid, data in rows)
+        return list(found)
+
+    def _trial(
+        self,
+        trial_id: str,
+        data: str,
+        each: Callable[[Trial], Trial] | None,
+        instead: Callable[[str], Trial | None] | None,
+    ) -> Trial:
+        taken = instead(trial_id) if instead is not None else None
+        if taken is not None:
+            return taken
+        trial = self._relocate(trial_from_row(self.db_path, trial_id, data))
+        return each(trial) if each is not None else trial
 
     def trials_reusing(self, known: dict[str, tuple[Any, Trial]]) -> list[Trial]:
         """`trials`, decoding only the trials whose row changed since `known` was filled.
