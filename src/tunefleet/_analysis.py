@@ -72,10 +72,7 @@ class ExperimentAnalysis:
                 f"ExperimentAnalysis: default_mode={default_mode!r} is not valid; "
                 "choose 'min' or 'max' (or None)"
             )
-        own = bool(self._own)
-        self._experiment = _Snapshot(
-            path, self._take_own if own else None, self._whole if own else None
-        )
+        self._experiment = _Snapshot(path, self._take_own, self._whole)  # no-ops if no `_own`
         if trials is not None:
             self._experiment.trials = list(trials)
             for trial in self._experiment.trials:  # Ray's last results hold the config
@@ -94,16 +91,12 @@ class ExperimentAnalysis:
 
     @classmethod
     def _of_run(cls, path: str, live: Iterable[Trial], **kwargs: Any) -> ExperimentAnalysis:
-        """The analysis of the experiment at `path` with the config and last result of the
-        run's own trial records (`live`, what `Tuner.fit()` / `tune.run()` ran in this
-        process) instead of their JSON copies in the store, as Ray Tune's in-process
-        results hold the trial's objects: a tuple stays a tuple, a reported object stays
-        that object, a `tune.Secret` stays a Secret (it prints as ***). What the store
-        hides (secret-looking keys, URL passwords) stays hidden; nothing is copied where
-        nothing is hidden. A record with nothing hidden (and no failure record) is
-        taken itself, its stored row not even decoded (`_whole`); else the stored trial
-        takes the record's values as it is read, so the store's copies never all exist
-        at once (100,000 trials: ~150 MB less, and ~80 MB more for records taken whole)."""
+        """The analysis of the experiment at `path` with the run's own trial records
+        (`live`, what `Tuner.fit()` ran here) instead of their JSON copies in the store, as
+        Ray Tune's in-process results hold the trial's objects (a tuple stays a tuple, a
+        `tune.Secret` a Secret). What the store hides stays hidden: a record is taken
+        whole where it hides nothing of it (`_whole`), else its stored trial takes its
+        values as it is read. One record per trial at any time."""
         self = cls.__new__(cls)
         self._own = {t.trial_id: t for t in live}
         self.__init__(path, **kwargs)  # type: ignore[misc]
@@ -111,14 +104,11 @@ class ExperimentAnalysis:
         return self
 
     def _whole(self, trial_id: str) -> Trial | None:
-        """The run's own record of the trial, taken as it is, when the store hides
-        nothing of its config and last result and it has no failure record (whose text
-        the store may hide more of): no second copy of it is read (100,000 trials: ~80
-        MB less at the end of fit(), and seconds of decoding)."""
+        """The run's own record of the trial, taken as it is (its stored row is not even
+        decoded), unless the store hides something of its config or last result, or it
+        has a failure record (whose text the store may hide more of)."""
         found = self._own.get(trial_id)
-        if found is None or found.error is not None:
-            return None
-        if shown(found.config) is not found.config:
+        if found is None or found.error is not None or shown(found.config) is not found.config:
             return None
         if shown(found.last_result) is not found.last_result:
             return None

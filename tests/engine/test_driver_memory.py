@@ -1,8 +1,9 @@
 """The driver's memory per finished trial (issue 18: under 300 MB at 100,000 trials).
 
 Structural checks, no timing: what `fit()` keeps of each trial once the results are
-built, and how many bytes the results of an experiment read back from its store hold
-per trial (tracemalloc's count, between two experiment sizes, with a wide margin).
+built (the run's own record, once), and how many bytes the results of an experiment
+read back from its store hold per trial (tracemalloc's count, between two experiment
+sizes, with a wide margin).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 import tunefleet as tune
 from tunefleet.backends.simulated import SimulatedTrainable
 from tunefleet.results import ResultGrid
+from tunefleet.trial import Trial
 
 
 def _loss(config: dict[str, Any], budget: int) -> dict[str, float]:
@@ -40,25 +42,27 @@ class _Watch(tune.Callback):
 
     def __init__(self) -> None:
         self.seen: list[weakref.ref[Any]] = []
-        self.paths: dict[str, str] = {}  # trial id -> the record's own path string
 
     def on_trial_complete(self, iteration: int, trials: Any, trial: Any, **info: Any) -> None:
         self.seen.append(weakref.ref(trial))
-        self.paths[trial.trial_id] = trial.path
 
 
-def test_fit_keeps_no_run_record_once_its_results_are_built(tmp_path: Path) -> None:
+def test_fit_keeps_each_trial_once_the_run_record_itself(tmp_path: Path) -> None:
     watch = _Watch()
     tuner, grid = _run(tmp_path, 40, [watch])
     gc.collect()
     assert len(watch.seen) == 40
-    # the tuner and the grid are alive, the controller's records are not: their config
-    # and last result live on in the grid's trials, once
-    assert all(ref() is None for ref in watch.seen)
+    # the grid holds the controller's own records (nothing in them that the store
+    # hides), not a second copy read back from the store: one Trial per trial alive
+    kept = [ref() for ref in watch.seen]
+    records = {trial.trial_id: trial for trial in kept if isinstance(trial, Trial)}
+    assert len(records) == 40  # every record alive
     assert len(grid) == 40 and tuner.get_results().num_errors == 0
-    for trial in grid._analysis.trials:  # the store's equal copy was dropped as it was read
-        assert trial.path is watch.paths[trial.trial_id]
+    for trial in grid._analysis.trials:
+        assert trial is records[trial.trial_id]
         assert trial.last_result["config"] is trial.config
+    alive = [o for o in gc.get_objects() if isinstance(o, Trial) and o.trial_id in records]
+    assert len(alive) == 40, len(alive)
     best = grid.get_best_result()
     assert best.metrics["config"] == best.config and best.metrics["training_iteration"] == 3
 
