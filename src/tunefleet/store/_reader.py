@@ -139,8 +139,7 @@ class StoreReader:
         record to take as it is, undecoded (the run's own, `ExperimentAnalysis._of_run`),
         or None to read the stored one."""
         rows = self._each_row("SELECT trial_id, data FROM trials ORDER BY idx, rowid")
-        found = (self._trial(tid, data, each, instead) for tid, data in rows)
-        return list(found)
+        return [self._trial(tid, data, each, instead) for tid, data in rows]
 
     def _trial(
         self,
