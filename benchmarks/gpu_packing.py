@@ -147,6 +147,22 @@ def run_auto(trials: int, hidden: int, epochs: int, storage: str) -> dict[str, A
     return {"trials_at_once": most, "epochs_per_s": trials * epochs / wall}
 
 
+def machine() -> dict[str, Any]:
+    """The GPU, torch, the CPUs and the load average, beside every figure."""
+    import torch
+
+    props = torch.cuda.get_device_properties(0)
+    return {
+        "gpu": props.name,
+        "gpu_mb": round(props.total_memory / 2**20),
+        "torch": torch.__version__,
+        "python": sys.version.split()[0],
+        "cpus": os.cpu_count(),
+        "load": os.getloadavg(),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--hidden", default="128,512")
@@ -164,7 +180,14 @@ def main() -> int:
         print(f"gpu_packing.py needs an NVIDIA GPU with torch: {reason}.", file=sys.stderr)
         return 2
     ks = [int(k) for k in args.ks.split(",")]
-    figures: list[dict[str, Any]] = []
+    figures: list[dict[str, Any]] = [{"machine": machine()}]
+    print(figures[0]["machine"], flush=True)
+
+    def keep(row: dict[str, Any]) -> None:  # written at each row: a cut-off run keeps some
+        figures.append(row)
+        if args.out:
+            Path(args.out).write_text(json.dumps(figures, indent=2) + "\n")
+
     with tempfile.TemporaryDirectory() as storage:
         for hidden in (int(h) for h in args.hidden.split(",")):
             base: dict[str, float] = {}
@@ -176,7 +199,7 @@ def main() -> int:
                 row["raw_gain"] = row["raw"] / base["raw"]
                 row["tunefleet_gain"] = row["tunefleet"] / base["tunefleet"]
                 row["of_raw_gain"] = row["tunefleet_gain"] / row["raw_gain"]
-                figures.append(row)
+                keep(row)
                 print(
                     f"hidden {hidden:4d}  K={k:2d}  raw {row['raw']:7.2f} ep/s "
                     f"(x{row['raw_gain']:.2f})  tunefleet {row['tunefleet']:7.2f} ep/s "
@@ -186,10 +209,8 @@ def main() -> int:
                 )
             if args.auto:
                 auto = run_auto(args.auto, hidden, args.epochs, storage)
-                figures.append({"hidden": hidden, "auto": auto})
+                keep({"hidden": hidden, "auto": auto})
                 print(f"hidden {hidden:4d}  gpu='auto' ({args.auto} trials): {auto}", flush=True)
-    if args.out:
-        Path(args.out).write_text(json.dumps(figures, indent=2) + "\n")
     return 0
 
 

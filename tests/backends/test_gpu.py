@@ -1,7 +1,8 @@
 """On a real NVIDIA GPU: fractional trials share a device, whole ones do not, a trial
 out of CUDA memory is GPU_OOM while its neighbour on the same GPU goes on, and its
-worker is replaced so the next trial gets the memory back; the same on the Ray backend,
-and through `tunefleet run`.
+worker is replaced so the next trial gets the memory back; ``gpu="auto"`` packs trials
+by the memory they really hold and retries a real CUDA OOM with a larger share; the same
+on the Ray backend, and through `tunefleet run`.
 
 Skipped where there is no NVIDIA GPU or no torch (CI has neither); run on the GPU
 machine with ``pytest tests/backends/test_gpu.py``.
@@ -18,10 +19,11 @@ from typing import Any
 import pytest
 
 import tunefleet as tune
-from tests.helpers.gpu_trainables import GiB, gpu_memory, on_gpu
+from tests.helpers.gpu_trainables import GiB, auto_sized, gpu_memory, on_gpu
 from tests.helpers.paths import PROGRAMS
-from tests.helpers.processes import overlap
+from tests.helpers.processes import meeting, overlap
 from tests.helpers.results import metrics_of
+from tunefleet.backends._gpu_auto import trials_per_gpu
 from tunefleet.backends.local._resources import detect_gpus
 from tunefleet.results import ResultGrid
 from tunefleet.trial import FailureKind
@@ -92,6 +94,43 @@ def test_a_cuda_oom_is_gpu_oom_its_neighbour_goes_on_and_memory_comes_back(
     storage: str,
 ) -> None:
     check_memory_roles(run_memory_roles(storage))
+
+
+# 0.15 of a GPU's memory per trial: 4 share a GPU of 16 GiB or more (the rule's margins).
+FRACTION = 0.15
+
+
+def test_auto_packs_trials_by_their_real_gpu_memory_and_retries_a_real_oom(
+    storage: str, tmp_path: Path
+) -> None:
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    grid = tune.Tuner(
+        tune.with_resources(auto_sized, {"cpu": 1, "gpu": "auto"}),
+        param_space={
+            **meeting(tmp_path, 4),
+            "marks": str(marks),
+            "fraction": FRACTION,
+            "greedy": tune.grid_search([False, False, False, False, True]),
+        },
+        tune_config=tune.TuneConfig(max_concurrent_trials=4),
+        run_config=tune.RunConfig(
+            storage_path=storage,
+            verbose=0,
+            resources={"cpu": 8, "gpu": 1},
+            failure_config=tune.FailureConfig(max_failures=0),
+        ),
+    ).fit()
+    assert not grid.errors, grid.errors
+    usage = grid[0].metrics["resources"]
+    peak, total = usage["gpu_peak_mb"], usage["gpu_total_mb"]
+    assert peak >= FRACTION * total * 0.99, usage
+    assert trials_per_gpu(peak, total) == 4
+    shares = sorted(r.metrics["share"] for r in grid)
+    assert shares == [0.25, 0.25, 0.25, 0.5, 1.0], "whole, then 1/4 each; the OOM's retry 1/2"
+    assert all(r.metrics["met"] for r in grid), "four trials held their memory at once"
+    assert most_at_once(grid) >= 4
+    assert (marks / "greedy").exists(), "the greedy trial ran out of GPU memory once"
 
 
 def test_tunefleet_run_gives_each_script_its_share_of_a_gpu(tmp_path: Path) -> None:

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 from typing import Any
 
 import tunefleet as tune
+from tests.helpers.processes import meet
 
 GiB = 1 << 30
 
@@ -60,3 +62,34 @@ def gpu_memory(config: dict[str, Any]) -> None:
     else:
         free, total_bytes = torch.cuda.mem_get_info()
         tune.report({"i": 0, "free_share": free / total_bytes, "pid": os.getpid()})
+
+
+def auto_sized(config: dict[str, Any]) -> None:
+    """A ``gpu="auto"`` trial: holds `fraction` of its GPU's memory (the peak that decides
+    how many trials share a GPU), reports, then meets the others of its `population`. The
+    `greedy` trial, the first time it runs, takes 1 GiB blocks until CUDA runs out."""
+    import torch
+
+    ctx = tune.get_context()
+    share = ctx.get_trial_resources().required_resources["GPU"]
+    _, total = torch.cuda.mem_get_info()
+    held = torch.ones(int(total * config["fraction"]), dtype=torch.uint8, device="cuda")
+    start = time.time()
+    tune.report({"share": share, "start": start, "end": start})  # its peak is known now
+    mark = Path(config["marks"], "greedy")
+    if config["greedy"] and not mark.exists():
+        mark.touch()
+        blocks = []
+        while True:
+            blocks.append(torch.empty(GiB, dtype=torch.uint8, device="cuda"))
+    met = config["greedy"] or meet(config, ctx.get_trial_id())
+    tune.report(
+        {
+            "share": share,
+            "met": met,
+            "held": int(held[:8].sum()),
+            "visible": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
+            "start": start,
+            "end": time.time(),
+        }
+    )
