@@ -199,5 +199,6 @@ PROBLEMS: dict[str, Problem] = {
     p.name: p for p in (LEARNING_CURVES, LEARNING_CURVES_MILD, BRANIN_GOOD, BRANIN_BAD)
 }
 DEFAULT_PROBLEMS = tuple(PROBLEMS)  # the synthetic ones; the tabulated ones are opt-in
-# real learning curves (tabulated.py): "tab-digits-mlp", "tab-gbm", "tab-gbm-late"
+# real learning curves (tabulated.py): "tab-digits-mlp", "tab-gbm", "tab-gbm-late", and
+# the same tables with a blended lookup: "tab-digits-mlp-idw", "tab-gbm-idw", "tab-gbm-late-idw"
 PROBLEMS.update((p.name, p) for p in tabulated.problems())

@@ -18,6 +18,14 @@ took when it was trained on this machine. As a problem of ``search_efficiency.py
   random sample of the space, and every config maps onto one of its rows, so the
   table's lowest loss (at any step: real curves climb back up, and the incumbent is a
   result at any budget) is the problem's optimum.
+
+``tab-<task>-idw`` is the same table with a smoother lookup: a config's curve (and its
+step cost) is the inverse-squared-distance blend of its ``IDW_NEIGHBOURS`` nearest
+tabulated configs, so two nearby configs are two different (similar) models, as on the
+real task, where the nearest lookup makes them one row. A tabulated config still finds
+its own curve (its weight dominates), so the references are the same; but the blend
+pulls the best rows' curves towards their neighbours', so the optimum is reached only
+on a tabulated config itself, and regrets are higher than on ``tab-<task>``.
 """
 
 from __future__ import annotations
@@ -38,14 +46,18 @@ if TYPE_CHECKING:
 Config = dict[str, Any]
 TIME_SCALE = 1000.0  # virtual seconds per CPU second
 TASKS = ("digits-mlp", "gbm", "gbm-late")
+IDW_NEIGHBOURS = 8  # tab-<task>-idw: the tabulated configs a curve is blended from
+IDW_SUFFIX = "-idw"
+TABLES = (*TASKS, *(task + IDW_SUFFIX for task in TASKS))  # each with its lookup
 
 
 class Table:
     """One tabulated task: its configs, curves and step costs, with a nearest lookup."""
 
-    def __init__(self, task: str, path: Path | None = None) -> None:
+    def __init__(self, task: str, path: Path | None = None, neighbours: int = 1) -> None:
         raw = load_table(path or table_path(task, DATA_DIR))
         self.task = task
+        self.neighbours = neighbours  # 1: the nearest row; more: a blend of that many
         self.spec: dict[str, rp.Spec] = {k: tuple(v) for k, v in raw["space"].items()}
         self.max_budget = int(raw["max_budget"])
         self.loss = np.asarray(raw["loss"], dtype=float)  # (configs, max_budget)
@@ -62,6 +74,7 @@ class Table:
             [[c[k] for k in self.categorical] for c in self.rows], dtype=object
         ).reshape(len(self.rows), -1)
         self._index: dict[tuple[Any, ...], int] = {}
+        self._blends: dict[tuple[Any, ...], tuple[np.ndarray, np.ndarray]] = {}
 
     def _scaled(self, config: Config) -> list[float]:
         out = []
@@ -76,55 +89,84 @@ class Table:
                 out.append((v - lo) / (hi - lo))
         return out
 
+    def _distances(self, config: Config) -> np.ndarray:
+        d: np.ndarray = ((self._points - np.array(self._scaled(config))) ** 2).sum(axis=1)
+        if self.categorical:
+            codes = np.array([config[k] for k in self.categorical], dtype=object)
+            d = d + (self._codes != codes).sum(axis=1)
+        return d
+
     def index(self, config: Config) -> int:
         """The row of the nearest tabulated config (cached per config)."""
         key = tuple(config[k] for k in self.spec)
         if (row := self._index.get(key)) is None:
-            d = ((self._points - np.array(self._scaled(config))) ** 2).sum(axis=1)
-            if self.categorical:
-                codes = np.array([config[k] for k in self.categorical], dtype=object)
-                d = d + (self._codes != codes).sum(axis=1)
-            row = self._index[key] = int(np.argmin(d))  # the first of equals
+            row = self._index[key] = int(np.argmin(self._distances(config)))  # first of equals
         return row
 
+    def blend(self, config: Config, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """The `k` nearest rows and their weights (1 / squared distance, summing to 1;
+        cached per config): a tabulated config's own row takes all but ~1e-12 of it."""
+        key = (k, *(config[c] for c in self.spec))
+        if (got := self._blends.get(key)) is None:
+            d = self._distances(config)
+            rows = np.argsort(d, kind="stable")[:k]
+            weights = 1.0 / (d[rows] + 1e-12)
+            got = self._blends[key] = (rows, weights / weights.sum())
+        return got
+
     def loss_at(self, config: Config, budget: int) -> float:
+        if self.neighbours > 1:
+            rows, weights = self.blend(config, self.neighbours)
+            return float(self.loss[rows, budget - 1] @ weights)
         return float(self.loss[self.index(config), budget - 1])
 
     def cost(self, config: Config, budget: int) -> float:
+        if self.neighbours > 1:
+            rows, weights = self.blend(config, self.neighbours)
+            return float(self.step_s[rows] @ weights)
         return float(self.step_s[self.index(config)])
 
 
 @functools.cache
 def table(task: str) -> Table:
-    """The task's committed table, loaded on first use."""
-    return Table(task)
+    """The task's committed table, loaded on first use; ``<task>-idw``: the same table
+    with the blended lookup."""
+    base = task.removesuffix(IDW_SUFFIX)
+    return Table(base, neighbours=1 if base == task else IDW_NEIGHBOURS)
 
 
 def problem(task: str) -> Problem:
-    """The ``tab-<task>`` problem; its table is read on the first call of any of its functions."""
+    """The ``tab-<task>`` problem (`task` may end in ``-idw``); its table is read on the
+    first call of any of its functions."""
     from problems import Problem  # here: problems.py registers these problems on import
 
     import tunefleet as tune  # here: the peers' environment reads the tables without it
 
-    spec = SPACES[task]
+    base = task.removesuffix(IDW_SUFFIX)
+    spec = SPACES[base]
 
     def sample(rng: random.Random) -> Config:
         return rp.sample(spec, rng)
 
+    lookup = (
+        "nearest tabulated config"
+        if base == task
+        else f"curve blended from the {IDW_NEIGHBOURS} nearest tabulated configs (1/d^2)"
+    )
     return Problem(
         name=f"tab-{task}",
         description=(
-            f"real curves tabulated on this CPU ({METRIC[task]}; tabulate_curves.py), "
-            "nearest tabulated config; 1 virtual s = 1 CPU ms"
+            f"real curves tabulated on this CPU ({METRIC[base]}; tabulate_curves.py), "
+            f"{lookup}; 1 virtual s = 1 CPU ms"
         ),
         true_loss=lambda config, budget: table(task).loss_at(config, budget),
         cost=lambda config, budget: table(task).cost(config, budget),
         param_space=rp.tune_space(spec, tune),
         sample=sample,
-        max_budget=MAX_BUDGET[task],
+        max_budget=MAX_BUDGET[base],
         reference_configs=lambda: table(task).rows,
     )
 
 
 def problems() -> list[Problem]:
-    return [problem(task) for task in TASKS]
+    return [problem(task) for task in TABLES]

@@ -84,7 +84,7 @@ def simulate(
 
 def peer_args(doc: str, variants: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=doc.splitlines()[0])
-    parser.add_argument("--task", required=True, choices=tabulated.TASKS)
+    parser.add_argument("--task", required=True, choices=tabulated.TABLES)
     parser.add_argument("--variant", required=True, choices=variants)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--budget", type=float, required=True, help="virtual seconds")

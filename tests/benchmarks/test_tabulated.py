@@ -7,6 +7,8 @@ import random
 import sys
 from types import ModuleType
 
+import pytest
+
 from tests.helpers.paths import REPO
 from tests.helpers.scripts import run_script
 
@@ -47,6 +49,24 @@ def test_the_nearest_lookup_is_deterministic() -> None:
     # a config close to a row (a tiny nudge of its learning rate) finds that row
     row = dict(fresh.rows[5])
     assert fresh.index({**row, "lr": row["lr"] * 1.0001}) == 5
+
+
+def test_the_blended_lookup_keeps_rows_and_separates_near_configs() -> None:
+    tabulated = _tabulated()
+    blended, nearest = tabulated.table("gbm-idw"), tabulated.table("gbm")
+    assert blended.neighbours == tabulated.IDW_NEIGHBOURS > 1 and nearest.neighbours == 1
+    row = dict(blended.rows[17])
+    own = pytest.approx(nearest.loss_at(row, 5), rel=1e-9)
+    assert blended.loss_at(row, 5) == own, "a tabulated config finds its own curve"
+    # two configs between rows: one row for the nearest lookup, two curves when blended
+    a = {**row, "subsample": min(1.0, row["subsample"] + 0.004)}
+    b = {**row, "subsample": min(1.0, row["subsample"] + 0.008)}
+    assert nearest.loss_at(a, 81) == nearest.loss_at(b, 81)
+    assert blended.loss_at(a, 81) != blended.loss_at(b, 81)
+    rows, weights = blended.blend(a, tabulated.IDW_NEIGHBOURS)
+    assert len(rows) == tabulated.IDW_NEIGHBOURS and abs(weights.sum() - 1) < 1e-9
+    low, high = blended.loss[rows, 80].min(), blended.loss[rows, 80].max()
+    assert low <= blended.loss_at(a, 81) <= high, "a blend lies between its rows' values"
 
 
 def test_search_efficiency_runs_a_tabulated_problem_with_confidence_intervals() -> None:
