@@ -79,6 +79,8 @@ import datetime
 import json
 import os
 import platform
+import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -550,7 +552,17 @@ def format_table(report: dict[str, Any]) -> str:
         f"Workload: {w['trials']:,} trivial trials x {w['reports']} reports each, "
         f"{w['concurrency']} at a time; report throughput: 1 trial x "
         f"{w['throughput_reports']:,} reports",
-        f"Machine: {m['platform']}, {m['cpus']} CPUs, Python {m['python']}  ({report['date']})",
+        f"Machine: {m['platform']}, {m['cpus']} CPUs, Python {m['python']}, load average "
+        f"{' '.join(str(x) for x in m.get('load_average', []))} before  ({report['date']})",
+        *(
+            [
+                f"Filesystem of the trials' folders: {fs['mkdir_us']:.0f} us of CPU to make a "
+                f"folder, {fs['create_us']:.0f} us to create a file (medians; a trivial trial "
+                "makes one folder and two log files)"
+            ]
+            if (fs := m.get("filesystem"))
+            else []
+        ),
         "",
         line(header),
         line(["-" * x for x in widths]),
@@ -625,6 +637,33 @@ def _machine() -> dict[str, Any]:
         "processor": platform.processor(),
         "cpus": os.cpu_count(),
         "python": platform.python_version(),
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+    }
+
+
+def filesystem_cost(folder: Path, n: int = 200) -> dict[str, float]:
+    """CPU microseconds to make a folder, and to create a file in it, on `folder`'s
+    filesystem (the median of `n`). Each trivial trial makes one folder and two log files
+    (its stdout and stderr), in every framework that keeps a folder per trial: where these
+    cost hundreds of microseconds (some virtual machines' disks), they are a large part of
+    the overhead per trial, and the figures of two machines differ by them."""
+    probe = folder / "filesystem-probe"
+    probe.mkdir()
+    made: list[float] = []
+    created: list[float] = []
+    try:
+        for i in range(n):
+            started = time.process_time()
+            (probe / str(i)).mkdir()
+            middle = time.process_time()
+            os.close(os.open(probe / str(i) / "stdout.log", os.O_WRONLY | os.O_CREAT, 0o644))
+            made.append(middle - started)
+            created.append(time.process_time() - middle)
+    finally:
+        shutil.rmtree(probe, ignore_errors=True)
+    return {
+        "mkdir_us": round(statistics.median(made) * 1e6, 1),
+        "create_us": round(statistics.median(created) * 1e6, 1),
     }
 
 
@@ -660,6 +699,7 @@ def main(argv: list[str] | None = None) -> int:
         )
 
     with tempfile.TemporaryDirectory(prefix="tunefleet-bench-") as tmp:
+        report["machine"]["filesystem"] = filesystem_cost(Path(tmp))
         jobs: list[tuple[str, str, list[str], dict[str, str], dict[str, Any]]] = [
             (
                 sys.executable,

@@ -121,6 +121,10 @@ def test_overhead_benchmark_quick(tmp_path: Path) -> None:
     assert ours["overhead"]["first_trial_s"] is not None
     assert ours["throughput"]["throughput_reports_done"] == 20_000
     assert ours["throughput"]["throughput_results_per_s"] > 0
+    machine = figures["machine"]  # beside every figure: the load and the filesystem's cost
+    assert len(machine["load_average"]) == 3
+    assert machine["filesystem"]["mkdir_us"] > 0 and machine["filesystem"]["create_us"] > 0
+    assert "load average" in proc.stdout and "to create a file" in proc.stdout
 
 
 @pytest.mark.timeout(120)
