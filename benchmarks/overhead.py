@@ -557,7 +557,7 @@ def format_table(report: dict[str, Any]) -> str:
         *(
             [
                 f"Filesystem of the trials' folders: {fs['mkdir_us']:.0f} us of CPU to make a "
-                f"folder, {fs['create_us']:.0f} us to create a file (medians; a trivial trial "
+                f"folder, {fs['create_us']:.0f} us to create a file (means; a trivial trial "
                 "makes one folder and two log files)"
             ]
             if (fs := m.get("filesystem"))
@@ -643,7 +643,7 @@ def _machine() -> dict[str, Any]:
 
 def filesystem_cost(folder: Path, n: int = 200) -> dict[str, float]:
     """CPU microseconds to make a folder, and to create a file in it, on `folder`'s
-    filesystem (the median of `n`). Each trivial trial makes one folder and two log files
+    filesystem (the mean of `n`: the rare slow ones count, as they do in a run). Each trivial trial makes one folder and two log files
     (its stdout and stderr), in every framework that keeps a folder per trial: where these
     cost hundreds of microseconds (some virtual machines' disks), they are a large part of
     the overhead per trial, and the figures of two machines differ by them."""
@@ -662,8 +662,8 @@ def filesystem_cost(folder: Path, n: int = 200) -> dict[str, float]:
     finally:
         shutil.rmtree(probe, ignore_errors=True)
     return {
-        "mkdir_us": round(statistics.median(made) * 1e6, 1),
-        "create_us": round(statistics.median(created) * 1e6, 1),
+        "mkdir_us": round(statistics.fmean(made) * 1e6, 1),
+        "create_us": round(statistics.fmean(created) * 1e6, 1),
     }
 
 
