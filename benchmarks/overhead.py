@@ -643,10 +643,9 @@ def _machine() -> dict[str, Any]:
 
 def filesystem_cost(folder: Path, n: int = 200) -> dict[str, float]:
     """CPU microseconds to make a folder, and to create a file in it, on `folder`'s
-    filesystem (the mean of `n`: the rare slow ones count, as they do in a run). Each trivial trial makes one folder and two log files
-    (its stdout and stderr), in every framework that keeps a folder per trial: where these
-    cost hundreds of microseconds (some virtual machines' disks), they are a large part of
-    the overhead per trial, and the figures of two machines differ by them."""
+    filesystem (the mean of `n`: the rare slow ones count, as they do in a run). Each
+    trivial trial makes one folder and two log files (its stdout and stderr), as in every
+    framework that keeps a folder per trial, so two machines' figures differ by these."""
     probe = folder / "filesystem-probe"
     probe.mkdir()
     made: list[float] = []
