@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 
 import tunefleet as tune
-from tests.helpers.gpu_trainables import GiB, auto_sized, gpu_memory, on_gpu
+from tests.helpers.gpu_trainables import GiB, auto_sized, gpu_memory, on_gpu, run_four_then_one
 from tests.helpers.paths import PROGRAMS
-from tests.helpers.processes import meeting, overlap
+from tests.helpers.processes import overlap
 from tests.helpers.results import metrics_of
 from tunefleet.backends._gpu_auto import trials_per_gpu
 from tunefleet.backends.local._resources import detect_gpus
@@ -103,24 +103,7 @@ FRACTION = 0.15
 def test_auto_packs_trials_by_their_real_gpu_memory_and_retries_a_real_oom(
     storage: str, tmp_path: Path
 ) -> None:
-    marks = tmp_path / "marks"
-    marks.mkdir()
-    grid = tune.Tuner(
-        tune.with_resources(auto_sized, {"cpu": 1, "gpu": "auto"}),
-        param_space={
-            **meeting(tmp_path, 4),
-            "marks": str(marks),
-            "fraction": FRACTION,
-            "greedy": tune.grid_search([False, False, False, False, True]),
-        },
-        tune_config=tune.TuneConfig(max_concurrent_trials=4),
-        run_config=tune.RunConfig(
-            storage_path=storage,
-            verbose=0,
-            resources={"cpu": 8, "gpu": 1},
-            failure_config=tune.FailureConfig(max_failures=0),
-        ),
-    ).fit()
+    grid = run_four_then_one(auto_sized, "greedy", storage, tmp_path, fraction=FRACTION)
     assert not grid.errors, grid.errors
     usage = grid[0].metrics["resources"]
     peak, total = usage["gpu_peak_mb"], usage["gpu_total_mb"]
@@ -130,7 +113,7 @@ def test_auto_packs_trials_by_their_real_gpu_memory_and_retries_a_real_oom(
     assert shares == [0.25, 0.25, 0.25, 0.5, 1.0], "whole, then 1/4 each; the OOM's retry 1/2"
     assert all(r.metrics["met"] for r in grid), "four trials held their memory at once"
     assert most_at_once(grid) >= 4
-    assert (marks / "greedy").exists(), "the greedy trial ran out of GPU memory once"
+    assert (tmp_path / "marks" / "greedy").exists(), "the greedy trial ran out of memory"
 
 
 def test_tunefleet_run_gives_each_script_its_share_of_a_gpu(tmp_path: Path) -> None:

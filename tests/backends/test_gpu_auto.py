@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 import tunefleet as tune
-from tests.helpers.processes import meet, meeting
+from tests.helpers.gpu_trainables import run_four_then_one
+from tests.helpers.processes import meet
 from tunefleet.backends._gpu_auto import (
     CONTEXT_MB,
     MARGIN,
@@ -236,23 +237,7 @@ def packed(config: dict[str, Any]) -> None:
 def test_a_run_packs_four_trials_on_a_declared_gpu_and_retries_an_oom(
     storage: str, tmp_path: Path
 ) -> None:
-    marks = tmp_path / "marks"
-    marks.mkdir()
-    grid = tune.Tuner(
-        tune.with_resources(packed, {"cpu": 1, "gpu": "auto"}),
-        param_space={
-            **meeting(tmp_path, 4),
-            "marks": str(marks),
-            "oom": tune.grid_search([False, False, False, False, True]),
-        },
-        tune_config=tune.TuneConfig(max_concurrent_trials=4),
-        run_config=tune.RunConfig(
-            storage_path=storage,
-            verbose=0,
-            resources={"cpu": 8, "gpu": 1},
-            failure_config=tune.FailureConfig(max_failures=0),
-        ),
-    ).fit()
+    grid = run_four_then_one(packed, "oom", storage, tmp_path)
     assert not grid.errors, grid.errors
     by_first = sorted(grid, key=lambda r: not r.metrics["first"])
     assert [r.metrics["first"] for r in by_first] == [True, False, False, False, False]

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import tunefleet as tune
-from tests.helpers.processes import meet
+from tests.helpers.processes import meet, meeting
+from tunefleet.results import ResultGrid
 
 GiB = 1 << 30
 
@@ -93,3 +95,34 @@ def auto_sized(config: dict[str, Any]) -> None:
             "end": time.time(),
         }
     )
+
+
+def run_four_then_one(
+    trainable: Callable[[dict[str, Any]], None],
+    flag: str,
+    storage: str,
+    tmp_path: Path,
+    **space: Any,
+) -> ResultGrid:
+    """Five ``gpu="auto"`` trials of `trainable` on one GPU, four at a time: four with
+    `flag` False, which meet (they must run at once), then one with it True. `marks` in
+    their config is a fresh folder for their marks; no failure is allowed (a GPU_OOM
+    retried with a larger share is none)."""
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    return tune.Tuner(
+        tune.with_resources(trainable, {"cpu": 1, "gpu": "auto"}),
+        param_space={
+            **meeting(tmp_path, 4),
+            **space,
+            "marks": str(marks),
+            flag: tune.grid_search([False, False, False, False, True]),
+        },
+        tune_config=tune.TuneConfig(max_concurrent_trials=4),
+        run_config=tune.RunConfig(
+            storage_path=storage,
+            verbose=0,
+            resources={"cpu": 8, "gpu": 1},
+            failure_config=tune.FailureConfig(max_failures=0),
+        ),
+    ).fit()
