@@ -61,6 +61,19 @@ PAIR_SCHEDULERS: dict[str, Callable[[int], TrialScheduler | None]] = {
     "fifo": lambda max_t: None,
     "hb-bohb": lambda max_t: HyperBandForBOHB(max_t=max_t, reduction_factor=3),
 }
+
+
+def told_as_completed(searcher: search.Searcher) -> search.Searcher:
+    """`searcher` as it was before issue 19: a trial a scheduler stopped early is told as
+    completed with its last result, not as stopped (a searcher's ``-told`` variant)."""
+
+    def stopped(trial_id: str, result: dict[str, Any] | None) -> None:
+        searcher.on_trial_complete(trial_id, result)
+
+    searcher.on_trial_stopped_early = stopped  # type: ignore[method-assign]
+    return searcher
+
+
 # every searcher seeded by the run's seed; the model-based ones are imported on first use
 SEARCHERS: dict[str, Callable[[int], search.Searcher]] = {
     "rs": lambda seed: search.BasicVariantGenerator(seed=seed),
@@ -69,6 +82,8 @@ SEARCHERS: dict[str, Callable[[int], search.Searcher]] = {
     "cmaes": lambda seed: search.OptunaSearch(sampler="cmaes", seed=seed),
     "qmc": lambda seed: search.QMCSearch(seed=seed),
     "hyperopt": lambda seed: search.HyperOptSearch(random_state_seed=seed),
+    "hyperopt-told": lambda seed: told_as_completed(search.HyperOptSearch(random_state_seed=seed)),
+    "tpe-told": lambda seed: told_as_completed(search.OptunaSearch(seed=seed)),
     "bohb": lambda seed: search.TuneBOHB(seed=seed),
 }
 # named pairs (searcher, scheduler); a scheduler's own name means random search with it
