@@ -84,3 +84,20 @@ def test_search_efficiency_runs_a_tabulated_problem_with_confidence_intervals() 
     assert "of 2,500 tabulated configs" in out
     asha = next(line for line in out.splitlines() if "| asha | 2 |" in line)
     assert " [" in asha and "]" in asha  # every ratio and regret with its interval
+
+
+def test_the_told_variant_hears_an_early_stop_as_a_completion() -> None:
+    _tabulated()  # the benchmarks' folder on sys.path
+    methods = importlib.import_module("methods")
+    # OptunaSearch tells an early stop as pruned, never through on_trial_complete
+    plain = methods.SEARCHERS["tpe"](0)
+    plain.on_trial_complete = lambda *args, **kwargs: pytest.fail("heard as a completion")
+    plain.on_trial_stopped_early("t0", {"loss": 0.5, "training_iteration": 3})
+    searcher = methods.SEARCHERS["tpe-told"](0)
+    heard: list[tuple[str, object]] = []
+    searcher.on_trial_complete = lambda trial_id, result=None, error=False: heard.append(
+        (trial_id, result)
+    )
+    searcher.on_trial_stopped_early("t1", {"loss": 0.5, "training_iteration": 3})
+    assert heard == [("t1", {"loss": 0.5, "training_iteration": 3})]
+    assert methods.parse_method("hyperopt-told+asha") == ("hyperopt-told", "asha")
