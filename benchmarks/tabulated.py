@@ -52,7 +52,8 @@ TABLES = (*TASKS, *(task + IDW_SUFFIX for task in TASKS))  # each with its looku
 
 
 class Table:
-    """One tabulated task: its configs, curves and step costs, with a nearest lookup."""
+    """One tabulated task: its configs, curves and step costs, with its lookup (the
+    nearest row, or a blend of `neighbours` rows)."""
 
     def __init__(self, task: str, path: Path | None = None, neighbours: int = 1) -> None:
         raw = load_table(path or table_path(task, DATA_DIR))
