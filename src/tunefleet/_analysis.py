@@ -72,7 +72,7 @@ class ExperimentAnalysis:
                 f"ExperimentAnalysis: default_mode={default_mode!r} is not valid; "
                 "choose 'min' or 'max' (or None)"
             )
-        self._experiment = _Snapshot(path, self._take_own, self._whole)  # no-ops if no `_own`
+        self._experiment = _Snapshot(path, *((self._take_own, self._whole) if self._own else ()))
         if trials is not None:
             self._experiment.trials = list(trials)
             for trial in self._experiment.trials:  # Ray's last results hold the config
