@@ -28,6 +28,9 @@ Sampler-bound methods are capped: Optuna's TPE (and BOHB's kernel density fit) c
 O(n) per ``suggest``, so 100,000 trials is hours of the sampler alone, not of
 tunefleet. By default ``tpe`` and ``bohb`` skip sizes above 10,000
 (``--max-trials-per-method tpe=10000,bohb=10000``; ``none`` lifts every cap).
+``--suggest-delay-ms D`` makes each ``suggest`` sleep ``D`` ms more (counted as the
+sampler's time, so excluded from ``driver ms/unit``): with a slow model the bookkeeping
+per trial should stay what it is with a fast one.
 
 Figures, per (backend, method, size), a *unit* being a trial (a result for pbt):
 
@@ -210,7 +213,8 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
 class Meter:
     """Cumulative time of the controller's ``ask_searcher`` calls, and the stores made."""
 
-    def __init__(self) -> None:
+    def __init__(self, suggest_delay_s: float = 0.0) -> None:
+        self.suggest_delay_s = suggest_delay_s  # a slower sampler, stood in for by a sleep
         self.suggest_wall = 0.0
         self.suggest_cpu = 0.0
         self.suggests = 0
@@ -245,6 +249,8 @@ class Meter:
         def timed_ask(searcher: Any, trial_id: str) -> Any:
             w, c = time.perf_counter(), time.process_time()
             try:
+                if meter.suggest_delay_s:
+                    time.sleep(meter.suggest_delay_s)
                 return ask(searcher, trial_id)
             finally:
                 meter.suggest_wall += time.perf_counter() - w
@@ -368,7 +374,7 @@ def _db_bytes(experiment: Path) -> int:
 def child_run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     import tunefleet as tune
 
-    meter = Meter()
+    meter = Meter(args.suggest_delay_ms / 1000.0)
     meter.install()
     case = build(args)
     if case["tune_config"].search_alg is not None:
@@ -472,7 +478,8 @@ def run_child(case: str, args: argparse.Namespace, backend: str, method: str, si
     workdir.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", case, "--backend", backend,
            "--methods", method, "--sizes", str(size), "--reports", str(args.reports),
-           "--concurrency", str(args.concurrency), "--workdir", str(workdir)]  # fmt: skip
+           "--concurrency", str(args.concurrency), "--workdir", str(workdir),
+           "--suggest-delay-ms", str(args.suggest_delay_ms)]  # fmt: skip
     if experiment:
         cmd += ["--experiment", experiment]
     src = str(Path(__file__).resolve().parent.parent / "src")
@@ -594,6 +601,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--json", metavar="OUT", default=None, help="write all figures here")
     p.add_argument("--timeout", type=float, default=7200.0, help="seconds per case")
     p.add_argument("--no-resume", action="store_true", help="skip the resume cases")
+    p.add_argument(
+        "--suggest-delay-ms",
+        type=float,
+        default=0.0,
+        help="sleep this long in each suggest (counted as the sampler's time): "
+        "does the bookkeeping per trial depend on the sampler's speed?",
+    )
     p.add_argument("--child", choices=("run", "resume", "optuna"), help=argparse.SUPPRESS)
     p.add_argument("--workdir", help=argparse.SUPPRESS)
     p.add_argument("--experiment", help=argparse.SUPPRESS)

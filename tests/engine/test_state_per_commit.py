@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 
@@ -94,3 +95,50 @@ def test_states_are_asked_for_once_per_commit_not_per_step(
     with sqlite3.connect(tmp_path / "per_commit" / "experiment.db") as db:
         (value,) = db.execute("SELECT value FROM state WHERE key = 'searcher'").fetchone()
     assert json.loads(value)["ended"] == trials
+
+
+class SlowSearch(CountedSearch):
+    """Random search whose `suggest` takes longer than the commit interval, as TPE's does
+    once its history is long (40 ms at 10,000 trials)."""
+
+    def suggest(self, trial_id: str) -> Any:
+        time.sleep(0.05)
+        return super().suggest(trial_id)
+
+
+def test_a_slow_searcher_does_not_make_every_step_a_commit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The searcher's time is not counted towards the commit interval: with a `suggest`
+    slower than the interval, commits stay as far apart (in the driver's own time) as with
+    a fast one, so the bookkeeping per trial does not grow with the model's time."""
+    commits: list[int] = []
+    search = SlowSearch(random_state=0)
+
+    class Counted(ExperimentStore):
+        def flush(self) -> None:
+            commits.append(search.get_state_calls)
+            super().flush()
+
+    monkeypatch.setattr(experiment, "ExperimentStore", Counted)
+    steps = Steps()
+    trials = 60
+    tune.Tuner(
+        SimulatedTrainable(objective, cost=1.0, max_budget=3, workers=1),
+        param_space={"x": tune.uniform(0, 1)},
+        tune_config=tune.TuneConfig(
+            metric="loss", mode="min", num_samples=trials, search_alg=search
+        ),
+        run_config=tune.RunConfig(
+            storage_path=str(tmp_path), name="slow", verbose=0, callbacks=[steps]
+        ),
+    ).fit()
+
+    # each trial's step took 50 ms of the searcher's time: counted, each would be a
+    # commit (62 here); not counted, a commit needs 20 ms of the driver's own time,
+    # several trials' worth (5 here, on an idle machine)
+    assert steps.steps >= trials
+    assert search.get_state_calls <= trials // 2, (search.get_state_calls, steps.steps)
+    with sqlite3.connect(tmp_path / "slow" / "experiment.db") as db:
+        (value,) = db.execute("SELECT value FROM state WHERE key = 'searcher'").fetchone()
+    assert json.loads(value)["ended"] == trials  # the last commit still holds the end

@@ -22,7 +22,8 @@ from tunefleet.store._writer import StoreWriteError
 
 logger = logging.getLogger("tunefleet")
 
-_COMMIT_EVERY_S = 0.02
+_COMMIT_EVERY_S = 0.02  # of the driver's own time: the searcher's `suggest` is not counted
+_COMMIT_AT_LEAST_EVERY_S = 5.0  # however long the searcher takes
 _RETRY_EVERY_S = 1.0  # while the store cannot write (disk full, locked)
 # SQLite's result codes that may pass: SQLITE_BUSY, SQLITE_LOCKED, SQLITE_IOERR, SQLITE_FULL
 _TRANSIENT = {5, 6, 10, 13}
@@ -38,7 +39,11 @@ class Commits:
     """Commits the store, then deletes the checkpoints dropped before the commit.
 
     Steps commit at most every `_COMMIT_EVERY_S` (a step can be a millisecond);
-    a crash loses at most that much, which resume redoes exactly. `before_commit` runs
+    a crash loses at most that much, which resume redoes exactly. The time the searcher
+    spends choosing configs (`searcher_time`) does not count towards it, up to
+    `_COMMIT_AT_LEAST_EVERY_S`: a model whose `suggest` takes longer as its history grows
+    (TPE, BOHB) would otherwise make every step a commit, and the bookkeeping per trial
+    grow with the model's time. `before_commit` runs
     just before each commit (the controller saves the algorithms' states there): what a
     commit holds is the state as of that moment, and a step that does not commit costs
     no `get_state()` nor encoding.
@@ -60,6 +65,7 @@ class Commits:
         self._before_commit = before_commit  # e.g. the algorithms' states into this commit
         self._to_delete: list[str] = []  # checkpoints to delete after the next commit
         self._committed = 0.0  # time.monotonic() of the last commit
+        self._searcher_s = 0.0  # of the time since, what the searcher took (not counted)
         self._failing: str | None = None  # why the store could not write, while it cannot
         self.deleter = Deleter()
         self._pins: dict[str, str] = {}  # trial id -> the checkpoint its next attempt copies
@@ -89,14 +95,24 @@ class Commits:
             self._held.discard(path)
             self.delete_later([path])
 
+    def searcher_time(self, seconds: float) -> None:
+        """The searcher took `seconds` choosing a config: not counted towards the next
+        commit (up to `_COMMIT_AT_LEAST_EVERY_S`)."""
+        self._searcher_s += seconds
+
     def flush(self, *, now: bool = True, final: bool = False) -> None:
         clock = time.monotonic()
-        wait = _RETRY_EVERY_S if self._failing else _COMMIT_EVERY_S
-        if not (final or (now and not self._failing) or clock - self._committed >= wait):
+        since = clock - self._committed
+        if self._failing:
+            due = since >= _RETRY_EVERY_S
+        else:
+            due = since - self._searcher_s >= _COMMIT_EVERY_S or since >= _COMMIT_AT_LEAST_EVERY_S
+        if not (final or (now and not self._failing) or due):
             return
         if self._before_commit is not None:
             self._before_commit()
         self._committed = clock
+        self._searcher_s = 0.0
         try:
             self._store.flush()
         except Exception as exc:

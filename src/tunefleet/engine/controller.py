@@ -231,7 +231,9 @@ class Controller:
             self.search_done = True
             return None
         trial_id = f"{self.spec.id_prefix}_{len(self.trials):05d}"
+        began = time.monotonic()
         config = ask_searcher(self.searcher, trial_id)
+        self._commits.searcher_time(time.monotonic() - began)  # not counted between commits
         if config == FINISHED:
             self.search_done = True
         if not isinstance(config, dict):
