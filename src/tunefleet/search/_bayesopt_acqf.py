@@ -12,8 +12,8 @@ GPSampler models the objective standardized (maximised, mean 0, std 1), so `xi`,
 given in the metric's units, is divided by the std of the finished values, as
 GPSampler computes it; UCB's argmax is the same in both units. Trials still running
 are met as GPSampler meets them: q-batch LogEI for "ei"; for "ucb" and "poi" the GP
-believes its own mean at the running trials' points (Kriging believer, what Optuna's
-LogPI does), which shrinks the uncertainty there, so a batch spreads out.
+believes its own mean at the running trials' points (Kriging believer, what Optuna 5.0's
+LogPI did; `_believer`), which shrinks the uncertainty there, so a batch spreads out.
 
 `_optimize_acqf`, `_sample_relative_impl` and `optuna._gp` are private Optuna API:
 `check_optuna` checks every name and parameter relied on (pinned by a test) and
@@ -71,12 +71,20 @@ PRIVATE_API: tuple[tuple[str, str, tuple[str, ...]], ...] = (
             "normalized_params_of_running_trials",
         ),
     ),
+    ("optuna._gp.acqf", "LogPI", ("gpr", "search_space", "threshold")),
     (
-        "optuna._gp.acqf",
-        "LogPI",
-        ("gpr", "search_space", "threshold", "normalized_params_of_running_trials"),
+        "optuna._gp.gp",
+        "GPRegressor",
+        (
+            "is_categorical",
+            "X_train",
+            "y_train",
+            "inverse_squared_lengthscales",
+            "kernel_scale",
+            "noise_var",
+        ),
     ),
-    ("optuna._gp.gp", "GPRegressor.append_running_data", ("X_running", "y_running")),
+    ("optuna._gp.gp", "GPRegressor._cache_matrix", ()),
     ("optuna._gp.search_space", "SearchSpace.get_normalized_params", ("trials",)),
 )
 
@@ -240,20 +248,14 @@ def _sampler_class() -> Callable[..., GPSampler]:
                 else None
             )
             kind = self._acquisition.kind
+            if kind is not Kind.EI and x_running is not None:
+                gpr = _believer(gpr, torch.from_numpy(x_running))
             if kind is Kind.UCB:
-                if x_running is not None:  # Kriging believer
-                    x = torch.from_numpy(x_running)
-                    gpr.append_running_data(x, gpr.posterior(x)[0])
                 # beta > 0: sqrt(0 * var) has no gradient (NaN); 1e-10 * std changes nothing
                 beta = max(self._acquisition.kappa**2, _MIN_BETA)
                 return acqf_module.UCB(gpr=gpr, search_space=space, beta=beta)
             if kind is Kind.POI:
-                return acqf_module.LogPI(
-                    gpr=gpr,
-                    search_space=space,
-                    threshold=threshold,
-                    normalized_params_of_running_trials=x_running,
-                )
+                return acqf_module.LogPI(gpr=gpr, search_space=space, threshold=threshold)
             if x_running is None:
                 return acqf_module.LogEI(gpr=gpr, search_space=space, threshold=threshold)
             return acqf_module.qLogEI(
@@ -266,3 +268,24 @@ def _sampler_class() -> Callable[..., GPSampler]:
             )
 
     return AcquisitionGPSampler
+
+
+def _believer(gpr: Any, x_running: Any) -> Any:
+    """The GP that has also seen its own mean at the running trials' points (the Kriging
+    believer): the same kernel, the running points added to its data, so the uncertainty
+    there shrinks and a batch of suggestions spreads out. What Optuna 5.0's
+    `append_running_data` did in place (a Cholesky update); built anew, as Optuna 5.1 has
+    none, with the same posterior."""
+    import torch
+
+    mean = gpr.posterior(x_running)[0].detach()
+    believer = type(gpr)(
+        is_categorical=gpr._is_categorical,
+        X_train=torch.cat([gpr._X_train, x_running], dim=0),
+        y_train=torch.cat([gpr._y_train.squeeze(-1), mean], dim=0),
+        inverse_squared_lengthscales=gpr.inverse_squared_lengthscales,
+        kernel_scale=gpr.kernel_scale,
+        noise_var=gpr.noise_var,
+    )
+    believer._cache_matrix()
+    return believer
