@@ -196,3 +196,22 @@ def test_an_attempt_shorter_than_the_interval_is_never_sampled() -> None:
     longer.stop()
     assert short.samples == 0 and short._peak == 0
     assert short.snapshot()["peak_rss_mb"] > 0  # its own peak is still read, once
+
+
+def test_back_to_back_attempts_do_not_wake_the_thread() -> None:
+    # A worker running trivial trials one after another starts an attempt every
+    # millisecond or so: the sampling thread, asleep until the first sample of an
+    # earlier attempt, is not woken for each (a thread switch apiece); only an attempt
+    # whose first sample comes before the thread would wake is worth waking it for.
+    sampling = _usage._SAMPLING
+    first = _Counted(interval=30.0).start()
+    _wait(lambda: sampling._until == first._next_sample, "the thread to sleep towards it")
+    first.stop()
+    second = _Counted(interval=30.0).start()  # its first sample comes later: no wake-up
+    assert not sampling._wake.is_set()
+    second.stop()
+    sooner = _Counted(interval=0.01).start()  # before the thread would wake: woken
+    assert sampling._wake.is_set() or sooner.sampled.is_set()
+    assert sooner.sampled.wait(60), "the sooner attempt was never sampled"
+    sooner.stop()
+    assert first.samples == second.samples == 0

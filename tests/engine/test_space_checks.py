@@ -133,3 +133,19 @@ def test_a_config_that_cannot_be_sent_at_launch_is_an_error_listed_by_tunefleet_
     text = out.getvalue()
     assert "no failed trials" not in text.lower()
     assert "cannot be sent to a worker process" in text and "_thread.lock" in text
+
+
+def test_only_builtin_data_is_sent_with_the_plain_pickler() -> None:
+    # the local backend sends a config of builtin data with pickle (a third of
+    # cloudpickle's cost); anything else, by value with cloudpickle, as Ray does
+    from tunefleet.space._sendable import is_plain
+
+    assert is_plain({"lr": 0.1, "layers": [64, (32, None)], "name": "a", "ok": True})
+    assert not is_plain({"f": len})
+    assert not is_plain({"x": {"y": [lambda: 1]}})
+    assert not is_plain({1.5: object()})
+    assert not is_plain({"s": type("Text", (str,), {})("a")})  # a subclass may pickle oddly
+    deep: Any = []
+    for _ in range(40):
+        deep = [deep]
+    assert not is_plain(deep)  # too deep to walk: cloudpickle decides

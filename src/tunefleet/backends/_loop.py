@@ -45,6 +45,7 @@ from tunefleet.backends._protocol import (
     TrialResults,
     WorkerSetup,
     send,
+    send_together,
 )
 from tunefleet.backends._restore import restore_point
 from tunefleet.result import DEFAULT_METRIC, SHOULD_CHECKPOINT, TRAINING_ITERATION
@@ -78,6 +79,7 @@ class TrialLoop:
         self._pending: list[ToWorker] = []  # messages read ahead while a trial ran
         self._save_asked = False  # the driver asked for a checkpoint (should_checkpoint)
         self._saved_at: int | None = None  # the iteration of the attempt's newest checkpoint
+        self._outbox: list[TrialMessage] | None = None  # held while a trial ends
 
     def serve(self) -> None:
         """Run trials until told to exit or the channel closes."""
@@ -104,7 +106,11 @@ class TrialLoop:
 
     def _send_results(self, batch: list[ResultItem]) -> None:
         assert self._current is not None
-        send(self._channel, TrialResults(self._current[0], self._current[1], batch))
+        msg = TrialResults(self._current[0], self._current[1], batch)
+        if self._outbox is not None:  # the trial is ending: sent with its end
+            self._outbox.append(msg)
+        else:
+            send(self._channel, msg)
 
     def _poll_control(self, block: bool) -> str | None:
         """Read control messages for the running trial; return STOP/PAUSE/CONTINUE."""
@@ -211,6 +217,7 @@ class TrialLoop:
             if late is not None and isinstance(outcome, TrialFinished):
                 failure = _failure_from_exception(late, launch, session)
                 outcome = TrialFailed(trial_id, epoch, failure)
+            self._outbox = []  # its last results go out with its end, in one write
             session.close()
             session_mod._set_session(None)
             sys.stdout.flush()
@@ -219,7 +226,8 @@ class TrialLoop:
             restore_cwd()
             restore_out()
             self._current = None
-        self._send(outcome)
+        tail, self._outbox = self._outbox or [], None
+        send_together(self._channel, [*tail, outcome])
 
     def _run_class(self, launch: TrialLaunch, session: TrialSession) -> None:
         config = reveal(launch.config)  # tune.Secret unwrapped

@@ -11,7 +11,11 @@ message and a NamedTuple costs little more than a plain tuple to build and pickl
 
 from __future__ import annotations
 
+import os
 import pickle
+import select
+import struct
+from collections.abc import Sequence
 from multiprocessing.connection import Connection
 from typing import Any, NamedTuple
 
@@ -30,6 +34,52 @@ def send(conn: Connection, msg: Any) -> None:
     side as a handle it cannot open. `Connection.recv` reads these bytes as usual.
     """
     conn.send_bytes(pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+_FRAME_MAX = 1 << 24  # larger messages go through `send` (Connection frames them so too)
+
+
+def send_together(conn: Connection, msgs: Sequence[Any]) -> None:
+    """Send `msgs` as `send` would, one after another, but in one write: the other side
+    reads them as separate messages, woken once (a trial's last results and its end).
+
+    Each is framed as `Connection.send_bytes` frames a message under 2 GiB (a 4-byte
+    big-endian length, then the bytes), which is what `Connection.recv` reads.
+    """
+    payloads = [pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL) for msg in msgs]
+    if any(len(p) > _FRAME_MAX for p in payloads):
+        for payload in payloads:
+            conn.send_bytes(payload)
+        return
+    data = memoryview(b"".join(struct.pack("!i", len(p)) + p for p in payloads))
+    fd = conn.fileno()
+    while data:
+        data = data[os.write(fd, data) :]
+
+
+class Readable:
+    """The channels to wait on, kept registered between waits: `multiprocessing`'s
+    `wait` builds (and tears down) a selector of every channel on each call."""
+
+    def __init__(self) -> None:
+        self._poller = select.poll()
+        self._by_fd: dict[int, Connection] = {}
+
+    def add(self, conn: Connection) -> None:
+        self._by_fd[conn.fileno()] = conn
+        self._poller.register(conn.fileno(), select.POLLIN)
+
+    def remove(self, conn: Connection) -> None:
+        """Before `conn` is closed."""
+        fd = conn.fileno()
+        if self._by_fd.pop(fd, None) is not None:
+            self._poller.unregister(fd)
+
+    def wait(self, timeout: float | None) -> list[Connection]:
+        """The channels with a message or closed, within `timeout` seconds (None: until
+        one is)."""
+        ms = None if timeout is None else max(0.0, timeout) * 1000.0
+        return [self._by_fd[fd] for fd, _ in self._poller.poll(ms) if fd in self._by_fd]
 
 
 class WorkerSetup(NamedTuple):

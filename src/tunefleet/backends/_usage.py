@@ -11,6 +11,7 @@ starting and joining a thread per attempt cost a short trial about 0.3 ms.
 
 from __future__ import annotations
 
+import math
 import os
 import resource
 import sys
@@ -83,6 +84,7 @@ class UsageSampler:
         self._own_read_at = -1.0  # when VmHWM was last read here (no thread)
         self._last_cpu = own_cpu + self._others_total
         self._thread: threading.Thread | None = None  # the worker's sampling thread, if on
+        self._next_sample = 0.0  # time.monotonic() of its next sample (set by `_Sampling`)
 
     def start(self) -> UsageSampler:
         if self._interval > 0:
@@ -159,7 +161,12 @@ class UsageSampler:
 class _Sampling:
     """The worker's one sampling thread: it samples the running attempt's `UsageSampler`
     every interval, the first time one interval after the attempt started, and waits
-    while no attempt runs. A forked child starts its own."""
+    while no attempt runs. A forked child starts its own.
+
+    An attempt that starts while the thread sleeps towards an earlier one's sample does
+    not wake it (the thread finds it when it wakes, and sleeps on to its first sample):
+    back-to-back short trials cost no thread switch each, only one wake-up per interval.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -167,20 +174,24 @@ class _Sampling:
         self._current: UsageSampler | None = None
         self._thread: threading.Thread | None = None
         self._pid = 0  # the process the thread runs in
+        self._until = 0.0  # the thread sleeps until then (math.inf: until an attempt starts)
 
     def attach(self, sampler: UsageSampler) -> threading.Thread:
         """Sample `sampler` from now on (its first sample one interval from now);
         returns the thread."""
+        sampler._next_sample = time.monotonic() + sampler._interval
         with self._lock:
             self._current = sampler
             if self._thread is None or self._pid != os.getpid() or not self._thread.is_alive():
                 self._pid = os.getpid()
+                self._until = 0.0
                 self._thread = threading.Thread(
                     target=self._run, args=(self._pid,), name="tunefleet-usage", daemon=True
                 )
                 self._thread.start()
-            thread = self._thread
-        self._wake.set()
+            thread, wake = self._thread, sampler._next_sample < self._until
+        if wake:
+            self._wake.set()
         return thread
 
     def detach(self, sampler: UsageSampler) -> None:
@@ -196,15 +207,18 @@ class _Sampling:
         except Exception:
             return
         while True:
-            self._wake.clear()
-            sampler = self._current
-            if sampler is None:
-                self._wake.wait()
-                continue
             # an attempt's first sample comes one interval after it starts: a short
             # trial (most of a search of trivial trials) costs no /proc walk at all
-            if self._wake.wait(sampler._interval) or self._current is not sampler:
-                continue  # another attempt came (or this one ended): its own interval
+            with self._lock:
+                sampler = self._current
+                self._until = math.inf if sampler is None else sampler._next_sample
+                self._wake.clear()
+            delay = self._until - time.monotonic()
+            if delay > 0:
+                self._wake.wait(None if sampler is None else delay)
+                continue  # the attempt running now may be another: its own time
+            assert sampler is not None
+            sampler._next_sample = time.monotonic() + sampler._interval
             try:
                 sampler._sample(me)
             except Exception:  # usage is informative only: never fail a trial for it

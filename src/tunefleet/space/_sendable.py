@@ -44,6 +44,25 @@ def _check(node: Any, path: tuple[object, ...], root: str) -> None:
             raise SearchSpaceError(_message(format_path(path, root), node, problem, path))
 
 
+_PLAIN = frozenset({str, int, float, bool, type(None)})
+
+
+def is_plain(value: Any, depth: int = 0) -> bool:
+    """Whether `value` holds only the builtin types of data (str, int, float, bool,
+    None, in dicts, lists and tuples): then the plain pickler sends it as cloudpickle
+    would, at a third of the cost, and it can always be sent."""
+    kind = type(value)
+    if kind in _PLAIN:
+        return True
+    if depth > 32:
+        return False
+    if kind is dict:
+        return all(type(k) in _PLAIN and is_plain(v, depth + 1) for k, v in value.items())
+    if kind is list or kind is tuple:
+        return all(is_plain(v, depth + 1) for v in value)
+    return False
+
+
 def pickling_problem(value: Any) -> str | None:
     """Why `value` cannot be pickled for a worker, or None if it can."""
     import cloudpickle

@@ -89,6 +89,10 @@ def _default(obj: Any) -> Any:
     return redact(json_data(obj))
 
 
+# one encoder for every record: `json.dumps` with options builds a new one per call
+_ENCODER = json.JSONEncoder(default=_default, separators=(",", ":"))
+
+
 def _safe_str(obj: Any) -> str:
     try:
         return str(obj)
@@ -111,7 +115,7 @@ def encode(obj: Any, *, state: bool = False) -> str:
     """
     obj = _redacted(obj, state)
     try:
-        return json.dumps(obj, default=_default, separators=(",", ":"))
+        return _ENCODER.encode(obj)
     except (TypeError, ValueError, RecursionError):
         pass
     try:

@@ -17,7 +17,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from multiprocessing.connection import Connection, wait
+from multiprocessing.connection import Connection
 from typing import Any
 
 import cloudpickle
@@ -30,6 +30,7 @@ from tunefleet.backends._pool import PoolBackend
 from tunefleet.backends._protocol import (
     Exit,
     FromWorker,
+    Readable,
     Ready,
     SetupFailed,
     Start,
@@ -50,7 +51,7 @@ from tunefleet.backends.local._resources import (
 )
 from tunefleet.backends.local._startup import defined_where, hung_record, start_timeout
 from tunefleet.backends.local._trainable_file import new_key, write_trainable_file
-from tunefleet.space._sendable import pickling_problem
+from tunefleet.space._sendable import is_plain, pickling_problem
 from tunefleet.trial import FailureKind, FailureRecord
 
 logger = get_logger(__name__)
@@ -126,6 +127,7 @@ class LocalBackend(PoolBackend[_Process]):
         self._memory_usage_threshold = memory_usage_threshold  # node watcher (_memory.py)
         self._kill_grace = kill_grace_s
         self._workers: dict[Connection, _Process] = {}
+        self._readable = Readable()  # their channels
         self._unsent: list[Event] = []  # trials whose config could not be pickled
         self._meta_dir = os.path.join(experiment_path, ".tunefleet")
         os.makedirs(self._meta_dir, exist_ok=True)
@@ -154,7 +156,8 @@ class LocalBackend(PoolBackend[_Process]):
 
     # -- trials --------------------------------------------------------------------------
     def start_trial(self, launch: TrialLaunch) -> None:
-        problem = pickling_problem(launch.config)
+        plain = is_plain(launch.config)  # most configs: no cloudpickle needed
+        problem = None if plain else pickling_problem(launch.config)
         if problem is not None:  # e.g. what a sample_from function returned: its ERROR
             failure = FailureRecord(
                 kind=FailureKind.EXCEPTION,
@@ -171,7 +174,8 @@ class LocalBackend(PoolBackend[_Process]):
         self._assign(worker, launch, running=worker.ready)  # else its clocks start at Ready
         rlimit_as = self._memory.start(worker.pid, launch.trial_id, launch.resources)
         shown = replace(launch, resources=self._pool.held(launch.trial_id, launch.resources))
-        self._send(worker, Start(shown, gpus, rlimit_as))  # gpu="auto": the trial's share
+        by_value = not plain or launch.storage_filesystem is not None
+        self._send(worker, Start(shown, gpus, rlimit_as), by_value)  # gpu="auto": its share
 
     def running_pids(self) -> dict[str, int]:
         """trial_id -> pid of the worker running it (the trial's process group id)."""
@@ -180,8 +184,8 @@ class LocalBackend(PoolBackend[_Process]):
     # -- events --------------------------------------------------------------------------
     def poll(self, timeout: float) -> list[Event]:
         events, self._unsent = self._unsent, []
-        for ready in wait(list(self._workers), 0 if events else self._poll_timeout(timeout)):
-            worker = self._workers.get(ready)  # type: ignore[call-overload]
+        for ready in self._readable.wait(0 if events else self._poll_timeout(timeout)):
+            worker = self._workers.get(ready)
             if worker is None:
                 continue
             conn = worker.conn
@@ -261,6 +265,7 @@ class LocalBackend(PoolBackend[_Process]):
             returncode = worker.proc.wait()
         _killpg(worker.pid, signal.SIGKILL)  # no orphan of the trial survives it
         _signal_escaped(worker, signal.SIGKILL)
+        self._readable.remove(worker.conn)
         worker.conn.close()
         if not worker.ready and self._fatal is None and not (worker.stopping or worker.retiring):
             self._log.flush()
@@ -363,17 +368,19 @@ class LocalBackend(PoolBackend[_Process]):
         except OSError:
             pass  # it died; poll() reports it
         self._workers[worker.conn] = worker
+        self._readable.add(worker.conn)
         return worker
 
     def _retire(self, worker: _Process) -> None:
         worker.retiring = True
         self._send(worker, Exit())
 
-    def _send(self, worker: _Process, msg: ToWorker) -> None:
+    def _send(self, worker: _Process, msg: ToWorker, by_value: bool = False) -> None:
         # cloudpickle, as Ray: never multiprocessing's pickler, whose reducers (torch's
-        # for tensors) would share memory through a side channel the worker cannot use
+        # for tensors) would share memory through a side channel the worker cannot use;
+        # `send`'s plain pickler where nothing needs sending by value
         try:
-            if isinstance(msg, Start):
+            if by_value:
                 worker.conn.send_bytes(cloudpickle.dumps(msg))
             else:
                 send(worker.conn, msg)
@@ -393,6 +400,7 @@ class LocalBackend(PoolBackend[_Process]):
             _signal_tree(worker, signal.SIGKILL)
             if worker.proc.poll() is None:
                 worker.proc.wait()
+            self._readable.remove(worker.conn)
             worker.conn.close()
         self._workers.clear()
         self._by_trial.clear()
