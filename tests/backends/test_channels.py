@@ -50,3 +50,15 @@ def test_readable_names_the_channels_with_a_message_or_closed() -> None:
     readable.remove(a_here)  # twice is harmless
     a_here.close()
     assert readable.wait(0) == []
+
+
+def test_more_says_whether_one_channel_has_another_message() -> None:
+    here, there = Pipe()
+    readable = Readable()
+    readable.add(here)
+    assert not readable.more(here)
+    there.send(1)
+    there.send(2)
+    assert readable.more(here) and here.recv() == 1
+    assert readable.more(here) and here.recv() == 2
+    assert not readable.more(here)

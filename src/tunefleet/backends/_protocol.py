@@ -64,22 +64,31 @@ class Readable:
     def __init__(self) -> None:
         self._poller = select.poll()
         self._by_fd: dict[int, Connection] = {}
+        self._alone: dict[int, Any] = {}  # fd -> a poll object of that channel alone
 
     def add(self, conn: Connection) -> None:
         self._by_fd[conn.fileno()] = conn
         self._poller.register(conn.fileno(), select.POLLIN)
+        self._alone[conn.fileno()] = alone = select.poll()
+        alone.register(conn.fileno(), select.POLLIN)
 
     def remove(self, conn: Connection) -> None:
         """Before `conn` is closed."""
         fd = conn.fileno()
         if self._by_fd.pop(fd, None) is not None:
             self._poller.unregister(fd)
+            del self._alone[fd]
 
     def wait(self, timeout: float | None) -> list[Connection]:
         """The channels with a message or closed, within `timeout` seconds (None: until
         one is)."""
         ms = None if timeout is None else max(0.0, timeout) * 1000.0
         return [self._by_fd[fd] for fd, _ in self._poller.poll(ms) if fd in self._by_fd]
+
+    def more(self, conn: Connection) -> bool:
+        """Whether `conn` (added) has another message (or is closed) now: `conn.poll(0)`
+        without a selector built for the call."""
+        return bool(self._alone[conn.fileno()].poll(0))
 
 
 class WorkerSetup(NamedTuple):

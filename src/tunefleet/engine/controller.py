@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
 from tunefleet.backends._base import CHECKPOINT_ONLY, Backend, Event, Finished, FinishHow, Results
@@ -160,6 +159,7 @@ class Controller:
             reason = experiment_stop(self.spec.time_budget_s, self.elapsed, self.stopper)
             if reason is not None:
                 self._begin_stop(reason)
+        self._fill_slots()  # the slots just freed: their workers wait while the step ends
         self._commits.flush(now=False)  # with the algorithms' states, when it commits
         self.reporter.update(self.progress())
         for cb in self.callbacks:
@@ -280,9 +280,10 @@ class Controller:
             trial.started_at = time.time()
         self._set_status(trial, TrialStatus.RUNNING)
         self.running[trial.trial_id] = trial
-        storage_dir = self._checkpoint_home(trial) if self.spec.storage_url else None
-        launch = trial_launch(trial, self.spec, sync=self._waits.sync, storage_dir=storage_dir)
-        self.backend.start_trial(replace(launch, **restart, decide_at=self._waits.points))
+        home = self._checkpoint_home(trial) if self.spec.storage_url else None  # remote
+        waits = self._waits
+        launch = trial_launch(trial, self.spec, waits.sync, waits.points, home, **restart)
+        self.backend.start_trial(launch)
         self.store.add_event(
             trial.trial_id,
             "started",

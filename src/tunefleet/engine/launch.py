@@ -38,12 +38,19 @@ def new_trial(spec: ExperimentSpec, trial_id: str, index: int, config: dict[str,
 
 
 def trial_launch(
-    trial: Trial, spec: ExperimentSpec, *, sync: bool, storage_dir: str | None
+    trial: Trial,
+    spec: ExperimentSpec,
+    sync: bool,
+    decide_at: tuple[str, tuple[float, ...]] | None,
+    storage_dir: str | None,
+    **restart: Any,
 ) -> TrialLaunch:
     """The next attempt of `trial` (its epoch already counted), from its latest checkpoint.
 
-    `sync`: each result waits for the scheduler's decision. `storage_dir`: where its
-    checkpoints go in remote storage (None: its folder). Makes the trial's folder.
+    `sync`: each result waits for the scheduler's decision; else those at `decide_at`.
+    `storage_dir`: where its checkpoints go in remote storage (None: its folder).
+    `restart`: the older checkpoints to fall back to (`fallbacks`) or the one to copy
+    (`copy_from`). Makes the trial's folder.
     """
     restored = bool(trial.latest_checkpoint)
     per_trial = spec.per_trial
@@ -63,6 +70,7 @@ def trial_launch(
         iteration=trial.checkpoint_iteration if restored else 0,
         time_total=trial.checkpoint_time_total if restored else 0.0,
         sync=sync,
+        decide_at=decide_at,
         stop_criteria=spec.stop_criteria,
         checkpoint_freq=spec.checkpoint_frequency,
         checkpoint_at_end=spec.checkpoint_at_end,
@@ -72,4 +80,5 @@ def trial_launch(
         storage_filesystem=spec.storage_filesystem,
         log_files=spec.log_files,
         chdir=spec.chdir_to_trial_dir,
+        **restart,
     )

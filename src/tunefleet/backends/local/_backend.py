@@ -173,7 +173,8 @@ class LocalBackend(PoolBackend[_Process]):
         worker.memory_failure = None
         self._assign(worker, launch, running=worker.ready)  # else its clocks start at Ready
         rlimit_as = self._memory.start(worker.pid, launch.trial_id, launch.resources)
-        shown = replace(launch, resources=self._pool.held(launch.trial_id, launch.resources))
+        held = self._pool.held(launch.trial_id, launch.resources)
+        shown = launch if held is launch.resources else replace(launch, resources=held)
         by_value = not plain or launch.storage_filesystem is not None
         self._send(worker, Start(shown, gpus, rlimit_as), by_value)  # gpu="auto": its share
 
@@ -192,7 +193,7 @@ class LocalBackend(PoolBackend[_Process]):
             try:
                 while True:
                     self._handle(worker, conn.recv(), events)
-                    if not conn.poll(0):
+                    if not self._readable.more(conn):
                         break
             except (EOFError, OSError):
                 self._on_death(worker, events)
