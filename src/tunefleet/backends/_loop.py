@@ -222,12 +222,19 @@ class TrialLoop:
             session_mod._set_session(None)
             sys.stdout.flush()
             sys.stderr.flush()
+            if _has_children():  # killing them may take a while: its results go first
+                self._send_outbox()
             _kill_children()
             restore_cwd()
             restore_out()
             self._current = None
-        tail, self._outbox = self._outbox or [], None
-        send_together(self._channel, [*tail, outcome])
+        self._send_outbox(outcome)
+
+    def _send_outbox(self, *last: TrialMessage) -> None:
+        """Send what the ending trial held back, and `last`, in one write."""
+        held, self._outbox = self._outbox or [], None
+        if held or last:
+            send_together(self._channel, [*held, *last])
 
     def _run_class(self, launch: TrialLaunch, session: TrialSession) -> None:
         config = reveal(launch.config)  # tune.Secret unwrapped
