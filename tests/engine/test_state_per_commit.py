@@ -55,30 +55,39 @@ class Steps(tune.Callback):
         self.steps += 1
 
 
-def test_states_are_asked_for_once_per_commit_not_per_step(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    commits: list[int] = []  # the searcher's get_state() count at each commit
-    search = CountedSearch(random_state=0)
+def _run(
+    search: CountedSearch, trials: int, workers: int, path: Path, mp: pytest.MonkeyPatch
+) -> tuple[list[int], Steps]:
+    """Run `trials` short simulated trials; return the searcher's get_state() count at
+    each commit, and the steps counted."""
+    commits: list[int] = []
 
     class Counted(ExperimentStore):
         def flush(self) -> None:
             commits.append(search.get_state_calls)
             super().flush()
 
-    monkeypatch.setattr(experiment, "ExperimentStore", Counted)
+    mp.setattr(experiment, "ExperimentStore", Counted)
     steps = Steps()
-    trials = 400
     tune.Tuner(
-        SimulatedTrainable(objective, cost=1.0, max_budget=3, workers=4),
+        SimulatedTrainable(objective, cost=1.0, max_budget=3, workers=workers),
         param_space={"x": tune.uniform(0, 1)},
         tune_config=tune.TuneConfig(
             metric="loss", mode="min", num_samples=trials, search_alg=search
         ),
         run_config=tune.RunConfig(
-            storage_path=str(tmp_path), name="per_commit", verbose=0, callbacks=[steps]
+            storage_path=str(path.parent), name=path.name, verbose=0, callbacks=[steps]
         ),
     ).fit()
+    return commits, steps
+
+
+def test_states_are_asked_for_once_per_commit_not_per_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    search = CountedSearch(random_state=0)
+    trials = 400
+    commits, steps = _run(search, trials, 4, tmp_path / "per_commit", monkeypatch)
 
     # the first commit (the experiment's meta) comes before the controller: no state
     assert commits[0] == 0
@@ -112,27 +121,9 @@ def test_a_slow_searcher_does_not_make_every_step_a_commit(
     """The searcher's time is not counted towards the commit interval: with a `suggest`
     slower than the interval, commits stay as far apart (in the driver's own time) as with
     a fast one, so the bookkeeping per trial does not grow with the model's time."""
-    commits: list[int] = []
     search = SlowSearch(random_state=0)
-
-    class Counted(ExperimentStore):
-        def flush(self) -> None:
-            commits.append(search.get_state_calls)
-            super().flush()
-
-    monkeypatch.setattr(experiment, "ExperimentStore", Counted)
-    steps = Steps()
     trials = 60
-    tune.Tuner(
-        SimulatedTrainable(objective, cost=1.0, max_budget=3, workers=1),
-        param_space={"x": tune.uniform(0, 1)},
-        tune_config=tune.TuneConfig(
-            metric="loss", mode="min", num_samples=trials, search_alg=search
-        ),
-        run_config=tune.RunConfig(
-            storage_path=str(tmp_path), name="slow", verbose=0, callbacks=[steps]
-        ),
-    ).fit()
+    _, steps = _run(search, trials, 1, tmp_path / "slow", monkeypatch)
 
     # each trial's step took 50 ms of the searcher's time: counted, each would be a
     # commit (62 here); not counted, a commit needs 20 ms of the driver's own time,
