@@ -43,10 +43,11 @@ class Commits:
     spends choosing configs (`searcher_time`) does not count towards it, up to
     `_COMMIT_AT_LEAST_EVERY_S`: a model whose `suggest` takes longer as its history grows
     (TPE, BOHB) would otherwise make every step a commit, and the bookkeeping per trial
-    grow with the model's time. `before_commit` runs
-    just before each commit (the controller saves the algorithms' states there): what a
-    commit holds is the state as of that moment, and a step that does not commit costs
-    no `get_state()` nor encoding.
+    grow with the model's time.
+
+    `before_commit` runs just before each commit (the controller saves the algorithms'
+    states there): what a commit holds is the state as of that moment, and a step that
+    does not commit costs no `get_state()` nor encoding.
 
     A commit that fails for a reason that may pass (the disk is full, another process
     locks the database) keeps everything buffered, warns once, and is retried every
