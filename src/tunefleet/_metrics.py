@@ -206,7 +206,7 @@ def flatten(data: Mapping[Any, Any], delimiter: str = "/", *, prefix: str = "") 
     return out
 
 
-_PLAIN: Final = frozenset({type(None), bool, int, float, str})
+PLAIN_SCALARS: Final = frozenset({type(None), bool, int, float, str})
 _MAX_DEPTH: Final = 64  # deeper than any config; a container that holds itself stops here
 
 
@@ -216,7 +216,7 @@ def python_scalar(value: Any) -> Any:
     ``np.float32(0.5)`` -> ``0.5``, ``torch.tensor(3)`` -> ``3``; anything else,
     arrays included, as it is.
     """
-    if type(value) in _PLAIN:
+    if type(value) in PLAIN_SCALARS:
         return value
     item = getattr(value, "item", None)
     if callable(item) and getattr(value, "ndim", None) == 0:
@@ -230,7 +230,7 @@ def python_scalars(tree: Any) -> Any:
     Keys, container types and everything else (arrays too) stay as they are; a dict is
     always a new dict, so the caller may add keys to it.
     """
-    if type(tree) in _PLAIN:
+    if type(tree) in PLAIN_SCALARS:
         return tree
     if isinstance(tree, dict):
         return {key: python_scalars(value) for key, value in tree.items()}
@@ -250,7 +250,7 @@ def json_data(value: Any, _depth: int = 0) -> Any:
     its value, a set a sorted list, a tuple a list; anything else its ``str()``. NaN and
     the infinities stay floats (`json.dumps` writes them as ``NaN`` / ``Infinity``).
     """
-    if type(value) in _PLAIN:
+    if type(value) in PLAIN_SCALARS:
         return value
     if _depth > _MAX_DEPTH:
         return _text(value)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tunefleet._metrics import PLAIN_SCALARS
 from tunefleet.space._domains import GRID_KEY, Categorical, Domain, _Category, format_path
 from tunefleet.space._errors import SearchSpaceError
 
@@ -44,20 +45,17 @@ def _check(node: Any, path: tuple[object, ...], root: str) -> None:
             raise SearchSpaceError(_message(format_path(path, root), node, problem, path))
 
 
-_PLAIN = frozenset({str, int, float, bool, type(None)})
-
-
 def is_plain(value: Any, depth: int = 0) -> bool:
     """Whether `value` holds only the builtin types of data (str, int, float, bool,
     None, in dicts, lists and tuples): then the plain pickler sends it as cloudpickle
     would, at a third of the cost, and it can always be sent."""
     kind = type(value)
-    if kind in _PLAIN:
+    if kind in PLAIN_SCALARS:
         return True
     if depth > 32:
         return False
     if kind is dict:
-        return all(type(k) in _PLAIN and is_plain(v, depth + 1) for k, v in value.items())
+        return all(type(k) in PLAIN_SCALARS and is_plain(v, depth + 1) for k, v in value.items())
     if kind is list or kind is tuple:
         return all(is_plain(v, depth + 1) for v in value)
     return False
