@@ -204,6 +204,7 @@ class TrialSession:
         self._start_perf = self._last_report
         self._last_flush = 0.0
         self._buffer: list[tuple[dict[str, Any], str | None]] = []
+        self._lingering = False  # its tail waits for the linger thread (`_linger.py`)
         self._lock = threading.Lock()
         self._closed = False
         self._pid = os.getpid()
@@ -260,7 +261,8 @@ class TrialSession:
                 urgent = ckpt_path is not None or wait or len(self._buffer) >= _MAX_BATCH
                 if urgent or now - self._last_flush >= _FLUSH_EVERY_S:
                     self._flush_locked(now)
-                else:  # never with sync decisions: each result waits, so it is urgent
+                elif not self._lingering:  # never with sync decisions: each result waits
+                    self._lingering = True
                     LINGERING.ask(self)
         if staged is not None:
             self._persister.start(staged, self._persisted)
@@ -383,6 +385,9 @@ class TrialSession:
             batch, self._buffer = self._buffer, []
             self._send(batch)
         self._last_flush = now
+        if self._lingering:  # its tail is sent: the linger thread need not wake for it
+            self._lingering = False
+            LINGERING.cancel(self)
 
     def _linger_flush(self) -> None:
         """Send the batched tail (`_Lingering`, a linger after the last report)."""
