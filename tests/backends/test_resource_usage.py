@@ -215,3 +215,34 @@ def test_back_to_back_attempts_do_not_wake_the_thread() -> None:
     assert sooner.sampled.wait(60), "the sooner attempt was never sampled"
     sooner.stop()
     assert first.samples == second.samples == 0
+
+
+def big_then_small(config: dict[str, Any]) -> None:
+    if config["big"]:  # the worker's peak RSS grows by HELD_MB; freed at return
+        buf = bytearray(HELD_MB * MiB)
+        for i in range(0, len(buf), 4096):
+            buf[i] = 1
+        del buf
+    tune.report(loss=1.0, pid=os.getpid())
+
+
+def test_a_reused_workers_next_trial_has_its_own_peak(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The peak is reset at each trial's start (/proc/self/clear_refs, written through a
+    # descriptor the worker keeps): a small trial after a big one in the same worker
+    # must not show the big one's peak.
+    monkeypatch.setenv(SAMPLE_ENV, "0")
+    grid = tune.Tuner(
+        big_then_small,
+        param_space={"big": tune.grid_search([True, False, True, False])},
+        tune_config=tune.TuneConfig(metric="loss", mode="min", max_concurrent_trials=1),
+        run_config=tune.RunConfig(storage_path=str(tmp_path / "store"), verbose=0),
+    ).fit()
+    assert grid.num_errors == 0
+    runs = sorted(grid, key=lambda r: r.metrics["trial_id"])
+    peaks = [r.metrics["resources"]["peak_rss_mb"] for r in runs]
+    assert peaks[0] >= HELD_MB and peaks[2] >= HELD_MB, peaks
+    after_big = [i for i in (1, 3) if runs[i].metrics["pid"] == runs[i - 1].metrics["pid"]]
+    assert after_big, "the worker was reused"
+    assert all(peaks[i] < HELD_MB for i in after_big), peaks

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 
-from tunefleet.backends._files import read_text, write_text
+from tunefleet.backends._files import HeldFile
 from tunefleet.trial import FailureKind, FailureRecord
 
 
@@ -55,8 +55,12 @@ def limit_address_space(limit: int | None) -> Callable[[], None]:
     return undo
 
 
+_STATUS = HeldFile("/proc/self/status")
+_CLEAR_REFS = HeldFile("/proc/self/clear_refs", "w")
+
+
 def _status_kib(key: str) -> int:
-    for line in (read_text("/proc/self/status") or "").splitlines():
+    for line in (_STATUS.read() or "").splitlines():
         if line.startswith(key + ":"):
             return int(line.split()[1])
     return 0
@@ -65,7 +69,7 @@ def _status_kib(key: str) -> int:
 def reset_peaks() -> None:
     """Start the trial's peak counters (this process's RSS, torch's CUDA) from now."""
     try:
-        write_text("/proc/self/clear_refs", "5")  # resets VmHWM
+        _CLEAR_REFS.write("5")  # resets VmHWM
     except OSError:
         pass
     torch = sys.modules.get("torch")

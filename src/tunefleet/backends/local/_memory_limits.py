@@ -14,7 +14,7 @@ import os
 import re
 import time
 
-from tunefleet.backends._files import read_text, write_text
+from tunefleet.backends._files import HeldFile, read_text, write_text
 
 logger = logging.getLogger("tunefleet")
 
@@ -24,7 +24,11 @@ ENV_MECHANISM = "TUNEFLEET_MEMORY_MECHANISM"  # force one mechanism (tests, debu
 
 # -- cgroup files ------------------------------------------------------------------------
 def _read_int(path: str) -> int | None:
-    text = read_text(path)
+    return _int_in(read_text(path))
+
+
+def _int_in(text: str | None) -> int | None:
+    """The number a one-value kernel file holds (None: none, or "max")."""
     if text is None or not text.strip() or text.strip() == "max":
         return None
     return int(text.split()[0])
@@ -32,7 +36,11 @@ def _read_int(path: str) -> int | None:
 
 def _field(path: str, key: str) -> int | None:
     """The value of `key` in a flat-keyed file such as memory.stat or memory.events."""
-    for line in (read_text(path) or "").splitlines():
+    return _field_in(read_text(path), key)
+
+
+def _field_in(text: str | None, key: str) -> int | None:
+    for line in (text or "").splitlines():
         name, _, value = line.partition(" ")
         if name == key:
             return int(value)
@@ -206,6 +214,7 @@ class _Cgroup(Mechanism):
         self._limits: dict[int, int | None] = {}  # the limit each worker's cgroup has now
         self._doomed: list[str] = []
         self._count = 0
+        self._held: dict[int, dict[str, HeldFile]] = {}  # pid -> its cgroup's files read often
 
     def attach(self, pid: int) -> None:
         self._count += 1
@@ -235,7 +244,7 @@ class _Cgroup(Mechanism):
             logger.warning("could not set memory limit %s on %s (%s)", limit, path, exc)
             return False
         finally:
-            self._oom_base[pid] = self._oom_kills(path)
+            self._oom_base[pid] = self._oom_kills(pid, path)
         return True
 
     def usage(self, pid: int) -> int | None:
@@ -244,12 +253,22 @@ class _Cgroup(Mechanism):
 
     def oom_killed(self, pid: int) -> bool:
         path = self._dirs.get(pid)
-        return path is not None and self._oom_kills(path) > self._oom_base.get(pid, 0)
+        return path is not None and self._oom_kills(pid, path) > self._oom_base.get(pid, 0)
 
-    def _oom_kills(self, path: str) -> int:
-        return _field(os.path.join(path, self.oom_file), "oom_kill") or 0
+    def _oom_kills(self, pid: int, path: str) -> int:
+        return _field_in(self._file(pid, path, self.oom_file).read(), "oom_kill") or 0
+
+    def _file(self, pid: int, path: str, name: str, mode: str = "r") -> HeldFile:
+        """The worker's cgroup file `name`, held open (read or written at every trial)."""
+        files = self._held.setdefault(pid, {})
+        held = files.get(name)
+        if held is None:
+            held = files[name] = HeldFile(os.path.join(path, name), mode)
+        return held
 
     def detach(self, pid: int) -> None:
+        for held in self._held.pop(pid, {}).values():
+            held.close()
         path = self._dirs.pop(pid, None)
         self._oom_base.pop(pid, None)
         self._limits.pop(pid, None)
@@ -292,30 +311,29 @@ class _CgroupV1(_Cgroup):
             write_text(name, str(limit) if limit else "-1")
 
     def _reset_peak(self, pid: int, path: str) -> None:
-        write_text(os.path.join(path, "memory.max_usage_in_bytes"), "0")
-        write_text(os.path.join(path, "memory.failcnt"), "0")
+        self._file(pid, path, "memory.max_usage_in_bytes", "rw").write("0")
+        self._file(pid, path, "memory.failcnt", "rw").write("0")
 
-    def _oom_kills(self, path: str) -> int:
-        kills = _field(os.path.join(path, self.oom_file), "oom_kill")
+    def _oom_kills(self, pid: int, path: str) -> int:
+        kills = _field_in(self._file(pid, path, self.oom_file).read(), "oom_kill")
         if kills is not None:
             return kills
         # before Linux 4.13 there is no count of kills: the limit was hit (failcnt, reset
         # before each trial) is the best sign left
-        return 1 if (_read_int(os.path.join(path, "memory.failcnt")) or 0) > 0 else 0
+        failcnt = _int_in(self._file(pid, path, "memory.failcnt", "rw").read())
+        return 1 if (failcnt or 0) > 0 else 0
 
     def peak(self, pid: int) -> int | None:
         path = self._dirs.get(pid)
-        return _read_int(os.path.join(path, "memory.max_usage_in_bytes")) if path else None
+        if path is None:
+            return None
+        return _int_in(self._file(pid, path, "memory.max_usage_in_bytes", "rw").read())
 
 
 class _CgroupV2(_Cgroup):
     name = "cgroup v2"
     version = 2
     oom_file = "memory.events"
-
-    def __init__(self, base: str) -> None:
-        super().__init__(base)
-        self._peak_fds: dict[int, int] = {}  # memory.peak resets per open file (Linux 6.12)
 
     def _set_limit(self, path: str, limit: int | None) -> None:
         write_text(os.path.join(path, "memory.max"), str(limit) if limit else "max")
@@ -324,31 +342,15 @@ class _CgroupV2(_Cgroup):
             write_text(swap, "0" if limit else "max")
 
     def _reset_peak(self, pid: int, path: str) -> None:
-        fd = self._peak_fds.get(pid)
-        if fd is None:
-            try:
-                fd = self._peak_fds[pid] = os.open(os.path.join(path, "memory.peak"), os.O_RDWR)
-            except OSError:
-                return  # before Linux 5.19: no peak
+        # memory.peak resets per open file (Linux 6.12): read back through the same one
         try:
-            os.write(fd, b"reset\n")
+            self._file(pid, path, "memory.peak", "rw").write("reset\n")
         except OSError:
-            pass  # before Linux 6.12: the peak is the worker's lifetime peak
+            pass  # before Linux 5.19 no peak; before 6.12 the worker's lifetime peak
 
     def peak(self, pid: int) -> int | None:
-        fd = self._peak_fds.get(pid)
-        if fd is None:
-            return None
-        try:
-            return int(os.pread(fd, 64, 0).split()[0])
-        except (OSError, ValueError, IndexError):
-            return None
-
-    def detach(self, pid: int) -> None:
-        fd = self._peak_fds.pop(pid, None)
-        if fd is not None:
-            os.close(fd)
-        super().detach(pid)
+        path = self._dirs.get(pid)
+        return _int_in(self._file(pid, path, "memory.peak", "rw").read()) if path else None
 
 
 def _experiment_dir(version: int, experiment_id: str) -> str:
