@@ -129,7 +129,9 @@ class _SeesThird(tune.Callback):
     def __init__(self, flag: Path) -> None:
         self.flag = flag
 
-    def on_trial_result(self, iteration: int, trials: Any, trial: Any, result: Any) -> None:
+    def on_trial_result(
+        self, iteration: int, trials: Any, trial: Any, result: dict[str, Any], **info: Any
+    ) -> None:
         if result["training_iteration"] == 3:
             self.flag.touch()
 
