@@ -364,10 +364,15 @@ def _string(text: str, by_key: bool) -> str:
 def _walk_dict(obj: dict[Any, Any], depth: int, by_key: bool) -> dict[Any, Any]:
     out: dict[Any, Any] | None = None  # copied at the first change only
     for key, value in obj.items():
-        if type(value) in _SCALARS:  # numbers are never secrets: the common case, kept fast
+        kind = type(value)
+        if kind in _SCALARS:  # numbers are never secrets: the common case, kept fast
             continue
         if by_key and isinstance(key, str) and is_secret_key(key):
             new = _hide(value, depth + 1)
+        elif kind is str:  # what `_walk` would do, without the call (every result has some)
+            new = redact_text(value) if key in FREE_TEXT_KEYS else _string(value, by_key)
+        elif kind is dict and depth < 64:
+            new = _walk_dict(value, depth + 1, by_key)
         elif key in FREE_TEXT_KEYS and isinstance(value, str):
             new = redact_text(value)
         else:

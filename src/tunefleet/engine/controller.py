@@ -343,7 +343,7 @@ class Controller:
 
     def _on_result(self, trial: Trial, result: dict[str, Any], checkpoint: str | None) -> None:
         trial.num_results += 1
-        result.setdefault("experiment_tag", util.safe_tag(trial, self._tags))  # Ray's trial adds it
+        util.add_tag(result, trial, self._tags)  # Ray's trial adds it
         trial.last_result = result
         self.store.add_result(trial.trial_id, result)
         if checkpoint:

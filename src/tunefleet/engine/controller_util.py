@@ -136,13 +136,16 @@ def wants_checkpoint(result: dict[str, Any], seen: dict[str, Any] | None) -> boo
     return bool(result.get(SHOULD_CHECKPOINT)) or bool(seen and seen.get(SHOULD_CHECKPOINT))
 
 
-def safe_tag(trial: Trial, cache: dict[str, str]) -> str:
-    """The trial's experiment tag (Ray adds it to each result), its config's secrets hidden."""
+def add_tag(result: dict[str, Any], trial: Trial, cache: dict[str, str]) -> None:
+    """Add the trial's experiment tag to `result` (Ray adds it to each result), its
+    config's secrets hidden, unless the result has one."""
+    if "experiment_tag" in result:
+        return
     tag = cache.get(trial.trial_id)
     if tag is None:
         redact(trial.config)  # learns the config's secrets, for redact_text
         tag = cache[trial.trial_id] = redact_text(trial.experiment_tag)
-    return tag
+    result["experiment_tag"] = tag
 
 
 def result_filter(spec: ExperimentSpec, scheduler: TrialScheduler) -> ObjectiveFilter:

@@ -332,7 +332,7 @@ def _both_forms(name: str, hook: Hook) -> Hook:
 
         @functools.wraps(hook)
         def wrapper(self: TrialScheduler, *args: Any, **kwargs: Any) -> Any:
-            if not _pop_controller(kwargs) and args and len(args) + len(kwargs) == n + 1:
+            if not (kwargs and _pop_controller(kwargs)) and args and len(args) + len(kwargs) == n + 1:
                 args = args[1:]  # Ray's call (a Ray-form super() call): drop the controller
             return hook(self, *args, **kwargs)
 
