@@ -306,6 +306,8 @@ def _controller(scheduler: TrialScheduler, trials: Sequence[Trial] = ()) -> Clus
 
 
 def _pop_controller(kwargs: dict[str, Any]) -> bool:
+    if not kwargs:  # the common call: nothing to pop
+        return False
     return any([kwargs.pop(name, None) is not None for name in _CONTROLLER_NAMES])
 
 
@@ -332,7 +334,7 @@ def _both_forms(name: str, hook: Hook) -> Hook:
 
         @functools.wraps(hook)
         def wrapper(self: TrialScheduler, *args: Any, **kwargs: Any) -> Any:
-            if not (kwargs and _pop_controller(kwargs)) and args and len(args) + len(kwargs) == n + 1:
+            if not _pop_controller(kwargs) and args and len(args) + len(kwargs) == n + 1:
                 args = args[1:]  # Ray's call (a Ray-form super() call): drop the controller
             return hook(self, *args, **kwargs)
 
