@@ -41,6 +41,7 @@ import psutil
 
 from tunefleet import session as session_mod
 from tunefleet._metrics import flatten
+from tunefleet.backends._exits import wait_all
 from tunefleet.script.child import (
     ACK_FD_ENV,
     CHECKPOINT_TAG,
@@ -384,10 +385,7 @@ def _terminate(proc: subprocess.Popen[bytes], grace_s: float) -> None:
             p.send_signal(signal.SIGTERM)
         except psutil.Error:
             pass
-    try:
-        proc.wait(timeout=grace_s)
-    except subprocess.TimeoutExpired:
-        pass
+    wait_all([proc], grace_s)
     survivors = []
     for p in tree:
         try:

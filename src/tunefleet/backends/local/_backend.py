@@ -26,6 +26,7 @@ from tunefleet._params_ref import remove_spilled, spill_to
 from tunefleet._redact import get_logger
 from tunefleet.backends._attempt import Worker, limit_deadline, stderr_tail, trial_stderr_tail
 from tunefleet.backends._base import Event, Failed, TrialLaunch
+from tunefleet.backends._exits import wait_all
 from tunefleet.backends._pool import PoolBackend
 from tunefleet.backends._protocol import (
     Exit,
@@ -259,9 +260,9 @@ class LocalBackend(PoolBackend[_Process]):
         if self._workers.pop(worker.conn, None) is None:
             return
         self._memory.detach(worker.pid)  # its cgroup is read below, removed later
-        try:
-            returncode = worker.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
+        wait_all([worker.proc], 5.0)  # its channel closed: it is exiting, if not gone
+        returncode = worker.proc.poll()
+        if returncode is None:
             _killpg(worker.pid, signal.SIGKILL)
             returncode = worker.proc.wait()
         _killpg(worker.pid, signal.SIGKILL)  # no orphan of the trial survives it
@@ -392,11 +393,11 @@ class LocalBackend(PoolBackend[_Process]):
         """Stop all workers: ask, then SIGTERM, then SIGKILL their process groups."""
         workers = list(self._workers.values())
         self._ask_to_exit(workers)
-        _wait_all(workers, 1.0)
+        wait_all([w.proc for w in workers], 1.0)
         for worker in workers:
             if worker.proc.poll() is None:
                 _signal_tree(worker, signal.SIGTERM)
-        _wait_all(workers, self._kill_grace)
+        wait_all([w.proc for w in workers], self._kill_grace)
         for worker in workers:
             _signal_tree(worker, signal.SIGKILL)
             if worker.proc.poll() is None:
@@ -444,15 +445,6 @@ def _signal_escaped(worker: _Process, sig: signal.Signals) -> None:
         try:
             proc.send_signal(sig)  # psutil checks that the pid was not reused
         except psutil.Error:
-            pass
-
-
-def _wait_all(workers: list[_Process], timeout: float) -> None:
-    end = time.monotonic() + timeout
-    for worker in workers:
-        try:
-            worker.proc.wait(timeout=max(0.0, end - time.monotonic()))
-        except subprocess.TimeoutExpired:
             pass
 
 
