@@ -110,8 +110,8 @@ Event = Results | Finished | Failed
 class Backend(ABC):
     """Runs trials. Implementations: local processes (default), Ray actors, simulated.
 
-    The optional capabilities (`fatal`, `elastic`, `clock`) have defaults here, so the
-    engine asks every backend the same way.
+    The optional capabilities (`fatal`, `elastic`, `makes_trial_dirs`, `clock`) have
+    defaults here, so the engine asks every backend the same way.
     """
 
     @abstractmethod
@@ -174,6 +174,11 @@ class Backend(ABC):
         """Whether what fits changes by itself (a cluster that grows and shrinks): then
         no concurrency is derived from `capacity()`; `can_start` says what fits now."""
         return False
+
+    makes_trial_dirs = False
+    """True when the backend's worker makes each trial's folder before the trainable
+    runs; else the driver makes it at the launch (it always does when there are
+    callbacks, which may open files there at ``on_trial_start``)."""
 
     def clock(self) -> float:
         """The experiment's clock, in seconds: real (monotonic) unless the backend's

@@ -281,8 +281,8 @@ class Controller:
         self._set_status(trial, TrialStatus.RUNNING)
         self.running[trial.trial_id] = trial
         home = self._checkpoint_home(trial) if self.spec.storage_url else None  # remote
-        waits = self._waits
-        launch = trial_launch(trial, self.spec, waits.sync, waits.points, home, **restart)
+        dirs = bool(self.callbacks) or not self.backend.makes_trial_dirs  # else its worker
+        launch = trial_launch(trial, self.spec, self._waits, home, dirs, **restart)
         self.backend.start_trial(launch)
         self.store.add_event(
             trial.trial_id,

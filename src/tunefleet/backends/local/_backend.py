@@ -103,6 +103,8 @@ class LocalBackend(PoolBackend[_Process]):
             else 300 s).
     """
 
+    makes_trial_dirs = True  # the trial loop makes it (`_loop.py`), off the driver's path
+
     def __init__(
         self,
         *,
@@ -167,6 +169,7 @@ class LocalBackend(PoolBackend[_Process]):
                 exception_type=problem.partition(":")[0],
             )
             self._unsent.append(Failed(launch.trial_id, launch.epoch, failure))
+            os.makedirs(launch.trial_dir, exist_ok=True)  # no worker makes it: it has one
             return
         gpus = tuple(self._pool.allocate(launch.resources, launch.trial_id))
         worker = self._idle_worker(gpus) or self._spawn(gpus)
