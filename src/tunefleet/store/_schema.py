@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -93,6 +94,21 @@ def _default(obj: Any) -> Any:
 _ENCODER = json.JSONEncoder(default=_default, separators=(",", ":"))
 
 
+def _chunked_encoder() -> Callable[[Any], str]:
+    """`_ENCODER.encode`, without building the C encoder anew at each call (2-5 us of a
+    result's 7-13): the same C encoder, kept. No circular check (a RecursionError
+    instead, which `encode` answers as it did)."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:  # no C accelerator in this Python
+        return _ENCODER.encode
+    ascii_ = json.encoder.encode_basestring_ascii
+    chunks = make(None, _default, ascii_, None, ":", ",", False, False, True)
+    return lambda obj: "".join(chunks(obj, 0))
+
+
+_ENCODE = _chunked_encoder()
+
+
 def _safe_str(obj: Any) -> str:
     try:
         return str(obj)
@@ -115,7 +131,7 @@ def encode(obj: Any, *, state: bool = False) -> str:
     """
     obj = _redacted(obj, state)
     try:
-        return _ENCODER.encode(obj)
+        return _ENCODE(obj)
     except (TypeError, ValueError, RecursionError):
         pass
     try:
