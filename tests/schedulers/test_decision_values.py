@@ -48,3 +48,22 @@ def test_plain_stop_string_stops(storage: str) -> None:
 def test_anything_else_is_refused_by_name(storage: str, answer: Any) -> None:
     with pytest.raises(ValueError, match=r"Says\.on_trial_result\(\) returned .*CONTINUE, PAUSE"):
         fit(storage, answer)
+
+
+def test_a_hook_set_on_the_instance_is_asked_too(storage: str) -> None:
+    # FIFO's own hook, which always continues, is not called (a few us a result); a
+    # hook put on the instance must still be, whatever its class has
+    scheduler = FIFOScheduler()
+    asked: list[int] = []
+
+    def stop_at_two(trial: Any, result: dict[str, Any]) -> str:
+        asked.append(result["i"])
+        return "STOP" if result["i"] == 2 else "CONTINUE"
+
+    scheduler.on_trial_result = stop_at_two  # type: ignore[method-assign,assignment]
+    (result,) = tune.Tuner(
+        counts,
+        tune_config=tune.TuneConfig(scheduler=scheduler),
+        run_config=tune.RunConfig(storage_path=storage, verbose=0),
+    ).fit()
+    assert asked == [1, 2] and result.metrics["training_iteration"] == 2

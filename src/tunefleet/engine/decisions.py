@@ -27,6 +27,8 @@ if TYPE_CHECKING:
     from tunefleet.engine.experiment_spec import ExperimentSpec
 
 logger = logging.getLogger("tunefleet")
+# the base scheduler's hook, which always answers CONTINUE: not called (a few us a result)
+_ALWAYS_CONTINUES = TrialScheduler.on_trial_result
 
 
 def can_exploit(
@@ -130,6 +132,8 @@ class PausePlans:
         """The scheduler's decision on a result (an `Exploit` or `Resize` is a PAUSE,
         carried out on pause); the trial's stop reason names the scheduler unless it
         continues."""
+        if getattr(scheduler.on_trial_result, "__func__", None) is _ALWAYS_CONTINUES:
+            return Decision.CONTINUE  # FIFO, and every scheduler that decides nothing
         decision = self.decide(trial, scheduler.on_trial_result(trial, result))
         if decision is not Decision.CONTINUE:
             note = scheduler.stop_note(trial) if hasattr(scheduler, "stop_note") else None
