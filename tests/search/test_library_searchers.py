@@ -331,3 +331,29 @@ def test_a_sigkilled_driver_resumes_to_the_same_trials(
     assert out is not None and "DRIVER DONE" in out
     resumed = configs(experiment)
     assert resumed == expected
+
+
+def test_ax_takes_its_snapshot_again_only_after_an_ask_or_a_tell() -> None:
+    # Ax's to_json_snapshot costs about 10 ms per trial it holds; the state is asked
+    # for before every commit, most of which follow no ask or tell
+    needs("ax")
+    search = start(make_searcher("ax"), SMALL)
+    client = search._client  # type: ignore[attr-defined]
+    taken: list[int] = []
+    snapshot = client.to_json_snapshot
+
+    def counted() -> Any:
+        taken.append(1)
+        return snapshot()
+
+    client.to_json_snapshot = counted
+    config = search.suggest("t1")
+    assert isinstance(config, dict)
+    first = search.get_state()
+    assert search.get_state()["ax"] == first["ax"] and len(taken) == 1  # nothing changed
+    search.on_trial_complete("t1", {"loss": loss(config)})
+    after_tell = search.get_state()
+    assert len(taken) == 2 and after_tell["ax"] != first["ax"]
+    again = start(make_searcher("ax"), SMALL)  # the kept snapshot restores as a fresh one
+    again.set_state(json.loads(json.dumps(after_tell)))
+    assert again.suggest("t2") == search.suggest("t2")
