@@ -54,7 +54,9 @@ class _Timer:
         if fd < 0:
             raise OSError(ctypes.get_errno(), "timerfd_create failed")
         self.fd = fd
-        self._on = ctypes.byref(_ITimerSpec(it_value=_TimeSpec(0, int(LINGER_S * 1e9))))
+        seconds, fraction = divmod(LINGER_S, 1.0)
+        linger = _TimeSpec(int(seconds), int(fraction * 1e9))  # tv_nsec must stay < 1e9
+        self._on = ctypes.byref(_ITimerSpec(it_value=linger))
         self._off = ctypes.byref(_ITimerSpec())
 
     def arm(self) -> None:

@@ -74,8 +74,10 @@ class _Tail:
 
 def _lingering() -> _linger._Lingering:
     lingering = _linger._Lingering()
-    if _linger._new_timer() is None:
+    timer = _linger._new_timer()
+    if timer is None:
         pytest.skip("no timerfd here: the linger thread is woken at each ask instead")
+    os.close(timer.fd)
     return lingering
 
 
@@ -84,7 +86,11 @@ def _armed(lingering: _linger._Lingering) -> bool:
     return lingering._timer.armed()
 
 
-def test_a_tail_sent_first_disarms_the_timer_so_the_thread_never_wakes() -> None:
+def test_a_tail_sent_first_disarms_the_timer_so_the_thread_never_wakes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # a linger far longer than the test: a busy machine cannot make the timer expire
+    monkeypatch.setattr(_linger, "LINGER_S", 3600.0)
     lingering = _lingering()
     first, second = _Tail(), _Tail()
     lingering.ask(first)
