@@ -101,8 +101,18 @@ def _chunked_encoder() -> Callable[[Any], str]:
     make = getattr(json.encoder, "c_make_encoder", None)
     if make is None:  # no C accelerator in this Python
         return _ENCODER.encode
-    ascii_ = json.encoder.encode_basestring_ascii
-    chunks = make(None, _default, ascii_, None, ":", ",", False, False, True)
+    e = _ENCODER  # its settings, so that the two cannot differ
+    chunks = make(
+        None,
+        e.default,
+        json.encoder.encode_basestring_ascii if e.ensure_ascii else json.encoder.encode_basestring,
+        e.indent,
+        e.key_separator,
+        e.item_separator,
+        e.sort_keys,
+        e.skipkeys,
+        e.allow_nan,
+    )
     return lambda obj: "".join(chunks(obj, 0))
 
 
