@@ -77,6 +77,34 @@ def test_import_is_light() -> None:
     assert out.stdout.strip() == ""
 
 
+def test_every_public_name_resolves_in_a_fresh_interpreter() -> None:
+    # most names are imported on first use (PEP 562): each must still be found, by
+    # attribute and by `from tunefleet import ...`, and be listed by dir()
+    code = (
+        "import tunefleet as tune; "
+        "missing = [n for n in tune.__all__ if getattr(tune, n, None) is None]; "
+        "from tunefleet import Tuner, TuneConfig, uniform, Trainable; "
+        "print(','.join(missing), set(tune.__all__) <= set(dir(tune)), "
+        "Tuner is tune.Tuner, uniform.__module__)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["True", "True", "tunefleet.space._functions"], out.stdout
+
+
+def test_a_worker_starts_without_the_drivers_modules() -> None:
+    # a trial's worker imports its entry point and `tunefleet` (to unpickle the trainable):
+    # neither may pull in the tuner, the engine, the store or psutil, each tens of
+    # milliseconds at every worker's start
+    code = (
+        "import sys, tunefleet, tunefleet.backends.local._worker; "
+        "print(' '.join(sorted(m for m in sys.modules if m.startswith(("
+        "'tunefleet.tuner', 'tunefleet.engine', 'tunefleet.store', 'tunefleet.progress', "
+        "'tunefleet.backends.local._backend', 'tunefleet.space', 'psutil', 'sqlite3')))))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
+
+
 def test_subpackages_export_their_names() -> None:
     from tunefleet import schedulers, search
 

@@ -12,8 +12,6 @@ import os
 import signal
 import time
 
-import psutil
-
 from tunefleet.backends._files import read_text, write_text
 from tunefleet.backends.local._memory_limits import own_cgroup_dir
 
@@ -21,6 +19,8 @@ from tunefleet.backends.local._memory_limits import own_cgroup_dir
 def kill_descendants(timeout: float = 5.0) -> None:
     """SIGKILL this process's descendants, again and again until none is left alive
     (a process may fork while its parent is being killed), at most `timeout` seconds."""
+    import psutil  # only here: a worker starts without it
+
     me = psutil.Process()
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
