@@ -4,9 +4,17 @@ pairs, read with `Connection.recv` as the backends read them."""
 
 from __future__ import annotations
 
+import pickle
+import socket
+import struct
+import subprocess
+import sys
 import threading
 from multiprocessing import Pipe
+from multiprocessing.connection import Connection
 from typing import Any
+
+import pytest
 
 from tunefleet.backends._base import FinishHow
 from tunefleet.backends._protocol import Readable, TrialFinished, TrialResults, send_together
@@ -62,3 +70,88 @@ def test_more_says_whether_one_channel_has_another_message() -> None:
     assert readable.more(here) and here.recv() == 1
     assert readable.more(here) and here.recv() == 2
     assert not readable.more(here)
+
+
+def test_receive_reads_every_message_that_arrived_in_order() -> None:
+    here, there = Pipe()
+    readable = Readable()
+    readable.add(here)
+    assert readable.receive(here) == []  # nothing yet: it does not block
+    last = TrialResults("t1", 1, [({"loss": 0.5, "training_iteration": 9}, None)])
+    end = TrialFinished("t1", 1, FinishHow.RETURNED, None)
+    there.send("first")
+    send_together(there, [last, end])
+    assert readable.wait(10) == [here]
+    assert readable.receive(here) == ["first", last, end]
+    assert readable.receive(here) == []
+
+
+def test_receive_reads_a_message_larger_than_one_read_to_its_end() -> None:
+    here, there = Pipe()
+    readable = Readable()
+    readable.add(here)
+    big = {"blob": b"x" * (3 << 20)}  # far more than the socket holds: written as read
+
+    def write() -> None:
+        there.send(big)
+        there.send("after")
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    got: list[Any] = []
+    while len(got) < 2:
+        readable.wait(60)
+        got.extend(readable.receive(here))
+    writer.join(60)
+    assert got == [big, "after"]
+
+
+def test_receive_reads_the_long_header_of_a_huge_message() -> None:
+    # over 2 GiB, Connection writes a length of -1 and then an 8-byte one: read as such
+    here, there = socket.socketpair()
+    readable = Readable()
+    conn = Connection(here.detach())
+    readable.add(conn)
+    payload = pickle.dumps({"n": 1})
+    there.sendall(struct.pack("!i", -1) + struct.pack("!Q", len(payload)) + payload)
+    readable.wait(10)
+    assert readable.receive(conn) == [{"n": 1}]
+
+
+def test_a_message_cut_short_by_the_senders_death_is_dropped_and_the_end_is_seen() -> None:
+    here, there = socket.socketpair()
+    readable = Readable()
+    conn = Connection(here.detach())
+    readable.add(conn)
+    whole = pickle.dumps("whole")
+    there.sendall(struct.pack("!i", len(whole)) + whole + struct.pack("!i", 100) + b"cut")
+    there.close()
+    readable.wait(10)
+    assert readable.receive(conn) == ["whole"]
+    readable.wait(10)
+    with pytest.raises(EOFError):
+        readable.receive(conn)
+
+
+def test_a_channel_added_with_its_process_is_woken_by_its_exit_while_still_open() -> None:
+    # a trial's forked child can hold the worker's channel open after the worker died:
+    # the backend learns of the death from the process, not from the channel
+    here, there = Pipe()  # `there` stays open in this process: the channel never closes
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
+    readable = Readable()
+    readable.add(here, proc.pid)
+    if not readable.watches_exits:
+        pytest.skip("no pidfd on this system: the backend asks each process instead")
+    try:
+        assert readable.wait(0) == []
+        assert not readable.exited(here)
+        proc.kill()
+        assert readable.wait(60) == [here]
+        assert readable.exited(here)
+        assert readable.receive(here) == []  # no message, and the channel is not closed
+    finally:
+        proc.kill()
+        proc.wait()
+    readable.remove(here)  # closes its pidfd
+    assert readable.wait(0) == []
+    there.close()

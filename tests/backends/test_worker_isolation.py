@@ -129,3 +129,33 @@ def test_the_trainable_key_is_in_no_workers_environment_or_arguments(storage: st
     assert result.error is None, result.error
     assert result.metrics["pid"] != os.getpid(), "the trial runs in a worker process"
     assert result.metrics["exposed"] == "", result.metrics
+
+
+def _fork_then_die(config: dict[str, Any]) -> None:
+    child = os.fork()
+    if child == 0:  # the child holds the worker's channel open, and lives on
+        time.sleep(3600)
+        os._exit(0)
+    Path(config["child_pid"]).write_text(str(child))
+    tune.report({"loss": 1.0})
+    os.kill(os.getpid(), signal.SIGKILL)  # the worker itself dies
+
+
+def test_a_worker_that_dies_while_a_forked_child_holds_its_channel_is_seen_dead(
+    tmp_path: Path,
+) -> None:
+    # the channel never closes (the child has a copy of it): the backend must learn of
+    # the death from the process itself, and kill the child with it
+    child_pid = tmp_path / "child.pid"
+    grid = tune.Tuner(
+        _fork_then_die,
+        param_space={"child_pid": str(child_pid)},
+        run_config=tune.RunConfig(
+            storage_path=str(tmp_path), verbose=0, failure_config=tune.FailureConfig(max_failures=0)
+        ),
+    ).fit()
+    (error,) = grid.errors
+    assert "SIGKILL" in str(error)
+    assert grid[0].metrics["loss"] == 1.0  # its result before the death is kept
+    child = int(child_pid.read_text())
+    _wait_for(lambda: not pid_alive(child), "the forked child to be killed")

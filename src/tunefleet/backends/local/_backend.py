@@ -193,17 +193,18 @@ class LocalBackend(PoolBackend[_Process]):
             worker = self._workers.get(ready)
             if worker is None:
                 continue
-            conn = worker.conn
             try:
-                while True:
-                    self._handle(worker, conn.recv(), events)
-                    if not self._readable.more(conn):
-                        break
+                for msg in self._readable.receive(ready):
+                    self._handle(worker, msg, events)
             except (EOFError, OSError):
                 self._on_death(worker, events)
-        for worker in list(self._workers.values()):
-            if worker.proc.poll() is not None:
+                continue
+            if self._readable.exited(ready):  # its channel may outlive it (a forked child)
                 self._on_death(worker, events)
+        if not self._readable.watches_exits:  # no pidfd here: ask each process
+            for worker in list(self._workers.values()):
+                if worker.proc.poll() is not None:
+                    self._on_death(worker, events)
         self._enforce_start_timeout(events)
         self._enforce_deadlines(events)
         self._watch_memory()
@@ -373,7 +374,7 @@ class LocalBackend(PoolBackend[_Process]):
         except OSError:
             pass  # it died; poll() reports it
         self._workers[worker.conn] = worker
-        self._readable.add(worker.conn)
+        self._readable.add(worker.conn, proc.pid)
         return worker
 
     def _retire(self, worker: _Process) -> None:
