@@ -12,6 +12,7 @@ one, and the last state committed is the searcher's state at the end of the run.
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import time
 from pathlib import Path
@@ -21,7 +22,7 @@ import pytest
 
 import tunefleet as tune
 from tunefleet.backends.simulated import SimulatedTrainable
-from tunefleet.engine import experiment
+from tunefleet.engine import commit, experiment
 from tunefleet.search import BasicVariantGenerator
 from tunefleet.store import ExperimentStore
 
@@ -133,3 +134,41 @@ def test_a_slow_searcher_does_not_make_every_step_a_commit(
     with sqlite3.connect(tmp_path / "slow" / "experiment.db") as db:
         (value,) = db.execute("SELECT value FROM state WHERE key = 'searcher'").fetchone()
     assert json.loads(value)["ended"] == trials  # the last commit still holds the end
+
+
+class SlowStateSearch(CountedSearch):
+    """Random search whose `get_state` takes longer than the commit interval, as Ax's
+    snapshot does once it holds many trials (11-15 ms per trial it holds)."""
+
+    def get_state(self) -> dict[str, Any]:
+        time.sleep(0.03)
+        return super().get_state()
+
+
+def test_a_slow_state_spaces_the_commits_by_its_own_cost(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A commit whose `get_state()` takes 30 ms spaces the next ones by 19 times that:
+    committing stays a small share of the driver's time however slow the state gets,
+    instead of a commit at every step (each one longer than the 20 ms interval). The
+    first slow commit is named in the log, once (here "slow" is lowered to 25 ms)."""
+    monkeypatch.setattr(commit, "_SLOW_COMMIT_S", 0.025)
+    caplog.set_level(logging.WARNING, logger="tunefleet")
+    search = SlowStateSearch(random_state=0)
+    trials = 200
+    commits, steps = _run(search, trials, 2, tmp_path / "slow_state", monkeypatch)
+
+    # without the spacing every step commits (each commit outlasts the interval): one
+    # get_state() per step, 200 or more; with it a commit waits ~0.6 s of the driver's
+    # time, a few in all (more on a busy machine, whose steps and commits are slower)
+    assert steps.steps >= trials // 2
+    assert search.get_state_calls <= trials // 5, (search.get_state_calls, steps.steps)
+    # still one get_state() per commit, and the last commit (forced) holds the end
+    after = commits[1:-1]
+    assert after == list(range(1, len(after) + 1)), after[:20]
+    with sqlite3.connect(tmp_path / "slow_state" / "experiment.db") as db:
+        (value,) = db.execute("SELECT value FROM state WHERE key = 'searcher'").fetchone()
+    assert json.loads(value)["ended"] == trials
+    told = [r.getMessage() for r in caplog.records if "next commits are spaced" in r.getMessage()]
+    assert len(told) == 1, told
+    assert "get_state()" in told[0] and "5% of the driver's time" in told[0]
