@@ -48,6 +48,7 @@ from tunefleet.backends._protocol import (
     send_together,
 )
 from tunefleet.backends._restore import restore_point
+from tunefleet.backends._spare import SpareFolder, point_output_at
 from tunefleet.result import DEFAULT_METRIC, SHOULD_CHECKPOINT, TRAINING_ITERATION
 from tunefleet.session import StopTrial, TrialSession, TuneContext
 from tunefleet.trial import FailureKind, FailureRecord
@@ -62,7 +63,9 @@ class TrialLoop:
         setup: the trainable (imported here, once) and what its trials are told.
     """
 
-    def __init__(self, channel: Connection, setup: WorkerSetup) -> None:
+    def __init__(
+        self, channel: Connection, setup: WorkerSetup, spare_home: str | None = None
+    ) -> None:
         from tunefleet.trainable import placement_of, unwrap
 
         self._channel = channel
@@ -80,6 +83,9 @@ class TrialLoop:
         self._save_asked = False  # the driver asked for a checkpoint (should_checkpoint)
         self._saved_at: int | None = None  # the iteration of the attempt's newest checkpoint
         self._outbox: list[TrialMessage] | None = None  # held while a trial ends
+        # the next trial's folder, made while waiting for it (`_spare.py`; local workers)
+        self._spare = SpareFolder(spare_home) if spare_home is not None else None
+        self._log_files: tuple[str, str] | None = None  # the last trial's, for the spare
 
     def serve(self) -> None:
         """Run trials until told to exit or the channel closes."""
@@ -87,17 +93,21 @@ class TrialLoop:
             try:
                 msg = self._next_message()
             except EOFError:
-                return
+                break
             if isinstance(msg, Start):
                 self.run_trial(msg)
             elif isinstance(msg, Exit):
                 self._drop_instance()
-                return
+                break
+        if self._spare is not None:
+            self._spare.discard()
 
     # -- messages ------------------------------------------------------------------
     def _next_message(self) -> ToWorker:
         if self._pending:
             return self._pending.pop(0)
+        if self._spare is not None and self._log_files is not None:
+            self._spare.prepare(self._log_files)  # while the driver chooses the next trial
         msg: ToWorker = self._channel.recv()
         return msg
 
@@ -146,8 +156,13 @@ class TrialLoop:
             self._send_results([(restored, None)])
         self._save_asked = False
         self._saved_at = launch.iteration if launch.checkpoint else None
-        os.makedirs(launch.trial_dir, exist_ok=True)
-        restore_out = _redirect_output(launch.trial_dir, launch.log_files)
+        self._log_files = launch.log_files
+        spare = self._spare.take(launch.trial_dir, launch.log_files) if self._spare else None
+        if spare is not None:  # the folder made while waiting, renamed into place
+            restore_out = spare
+        else:
+            os.makedirs(launch.trial_dir, exist_ok=True)
+            restore_out = _redirect_output(launch.trial_dir, launch.log_files)
         # a fatal signal (SIGSEGV, SIGABRT, SIGBUS, SIGFPE, SIGILL) writes the Python stack to
         # fd 2, now this trial's stderr log, so its failure record's stderr tail shows where
         faulthandler.enable(file=2, all_threads=False)
@@ -422,32 +437,15 @@ def _enter_trial_dir(launch: TrialLaunch) -> Callable[[], None]:
 def _redirect_output(trial_dir: str, names: tuple[str, str]) -> Callable[[], None]:
     """Point fds 1 and 2 (and children's) at the trial's log files (`names`, relative to
     `trial_dir`; one file if both name it); return the undo."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    saved = (os.dup(1), os.dup(2))
     paths = [os.path.join(trial_dir, name) for name in names]
     for name, path in zip(names, paths, strict=True):
         if os.path.dirname(name):  # e.g. "logs/out.txt" (the trial's folder exists)
             os.makedirs(os.path.dirname(path), exist_ok=True)
-    out = os.open(paths[0], os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    out = os.open(paths[0], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     err = out if os.path.abspath(paths[1]) == os.path.abspath(paths[0]) else None
     if err is None:
-        err = os.open(paths[1], os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-    os.dup2(out, 1)
-    os.dup2(err, 2)
-    os.close(out)
-    if err != out:
-        os.close(err)
-
-    def restore() -> None:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os.dup2(saved[0], 1)
-        os.dup2(saved[1], 2)
-        os.close(saved[0])
-        os.close(saved[1])
-
-    return restore
+        err = os.open(paths[1], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    return point_output_at(out, err)
 
 
 def _children(pid: int) -> list[int]:

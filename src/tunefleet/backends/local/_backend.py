@@ -43,6 +43,7 @@ from tunefleet.backends._protocol import (
     WorkerSetup,
     send,
 )
+from tunefleet.backends._spare import sweep
 from tunefleet.backends.local._memory import MemoryGuard
 from tunefleet.backends.local._resources import (
     ResourcePool,
@@ -417,6 +418,7 @@ class LocalBackend(PoolBackend[_Process]):
         except OSError:
             pass
         remove_spilled(self._meta_dir)
+        sweep(self._meta_dir)  # spare trial folders of workers that were killed
 
 
 def _signal_tree(worker: _Process, sig: signal.Signals) -> None:

@@ -28,7 +28,8 @@ from tunefleet.trial import FailureKind, FailureRecord
 def load(trainable_file: str, key: bytes, conn: Connection) -> TrialLoop:
     """The trial loop of the trainable in `trainable_file` (verified before unpickling)."""
     setup: WorkerSetup = read_trainable_file(trainable_file, key)
-    return TrialLoop(conn, setup)
+    # the trainable's folder (the experiment's .tunefleet) holds the worker's spare folder
+    return TrialLoop(conn, setup, spare_home=os.path.dirname(os.path.abspath(trainable_file)))
 
 
 def _become_subreaper() -> None:
