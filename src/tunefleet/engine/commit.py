@@ -24,12 +24,14 @@ logger = logging.getLogger("tunefleet")
 
 _COMMIT_EVERY_S = 0.02  # of the driver's own time: the searcher's `suggest` is not counted
 _COMMIT_AT_LEAST_EVERY_S = 5.0  # however long the searcher takes
-# A commit that takes long (a searcher whose `get_state` grows with its history, as Ax's
-# snapshot does, or a slow disk) spaces the next ones so that committing stays under this
-# share of the driver's time, as Ray Tune's "auto" experiment checkpoint period does.
+# States that take long to save (a searcher whose `get_state` grows with its history, as
+# Ax's snapshot does) space the commits so that saving them stays under this share of
+# the driver's time, as Ray Tune's "auto" experiment checkpoint period does. Only the
+# states' time counts: the results a commit writes cost the same however they are
+# grouped, and counting them would space commits by what they buffer, without end.
 _COMMIT_SHARE = 0.05
-_SPACING_PER_COST = (1.0 - _COMMIT_SHARE) / _COMMIT_SHARE  # 19 s between for 1 s of commit
-_SLOW_COMMIT_S = 1.0  # a commit this long is named once in the log, with what it costs
+_SPACING_PER_COST = (1.0 - _COMMIT_SHARE) / _COMMIT_SHARE  # 19 s between for 1 s of states
+_SLOW_COMMIT_S = 1.0  # states this slow are named once in the log, with what they cost
 _RETRY_EVERY_S = 1.0  # while the store cannot write (disk full, locked)
 # SQLite's result codes that may pass: SQLITE_BUSY, SQLITE_LOCKED, SQLITE_IOERR, SQLITE_FULL
 _TRANSIENT = {5, 6, 10, 13}
@@ -53,11 +55,11 @@ class Commits:
 
     `before_commit` runs just before each commit (the controller saves the algorithms'
     states there): what a commit holds is the state as of that moment, and a step that
-    does not commit costs no `get_state()` nor encoding. A commit that took a while
-    (`get_state()` included) spaces the next ones by 19 times its own time, so that
-    commits take at most `_COMMIT_SHARE` of the driver's time however slow they get: a
-    crash then loses more steps (resume still redoes them exactly), but a searcher whose
-    state grows with its history no longer makes the run quadratic.
+    does not commit costs no `get_state()` nor encoding. States that took a while to
+    save space the next commits by 19 times that, so that saving them takes at most
+    `_COMMIT_SHARE` of the driver's time however slow it gets: a crash then loses more
+    steps (resume still redoes them exactly), but a searcher whose state grows with its
+    history no longer makes the run quadratic.
 
     A commit that fails for a reason that may pass (the disk is full, another process
     locks the database) keeps everything buffered, warns once, and is retried every
@@ -77,7 +79,7 @@ class Commits:
         self._to_delete: list[str] = []  # checkpoints to delete after the next commit
         self._committed = 0.0  # time.monotonic() of the last commit
         self._searcher_s = 0.0  # of the time since, what the searcher took (not counted)
-        self._cost = 0.0  # seconds the last commit took, `before_commit` included
+        self._cost = 0.0  # seconds `before_commit` took at the last commit (the states)
         self._told_slow = False  # a slow commit has been named in the log
         self._failing: str | None = None  # why the store could not write, while it cannot
         self.deleter = Deleter()
@@ -127,11 +129,11 @@ class Commits:
             return
         if self._before_commit is not None:
             self._before_commit()
+            self._paced_by(time.monotonic() - clock)
         self._committed = clock
         self._searcher_s = 0.0
         try:
             self._store.flush()
-            self._paced_by(time.monotonic() - clock)
         except Exception as exc:
             if final or not _transient(exc):
                 raise
@@ -157,15 +159,16 @@ class Commits:
             self._to_delete.clear()
 
     def _paced_by(self, cost: float) -> None:
-        """The commit just made took `cost` seconds: the next ones are spaced by it."""
+        """Saving the states for this commit took `cost` seconds: the next commits are
+        spaced by it."""
         self._cost = cost
         if cost >= _SLOW_COMMIT_S and not self._told_slow:
             self._told_slow = True
             logger.warning(
-                "A commit of the experiment's state took %.1f s (the searcher's, the "
-                "scheduler's and the stopper's get_state(), and the store's write): the "
-                "next commits are spaced by %.0f s or more, so that they take at most "
-                "%.0f%% of the driver's time; a crash of the driver redoes up to that much",
+                "Saving the experiment's state took %.1f s (the searcher's, the "
+                "scheduler's and the stopper's get_state()): the next commits are spaced "
+                "by %.0f s or more, so that saving takes at most %.0f%% of the driver's "
+                "time; a crash of the driver redoes up to that much",
                 cost,
                 _SPACING_PER_COST * cost,
                 _COMMIT_SHARE * 100,
