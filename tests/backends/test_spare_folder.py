@@ -83,18 +83,38 @@ def test_one_file_for_both_streams(tmp_path: Path) -> None:
     assert os.listdir(tmp_path / "home") == []
 
 
-def test_two_misses_in_a_row_stop_the_spares(tmp_path: Path) -> None:
+def test_misses_in_a_row_pause_the_spares_until_one_is_used(tmp_path: Path) -> None:
     """Where the driver makes every folder (a callback's on_trial_start), a spare would be
-    made and thrown away at every trial: after two misses the worker makes no more."""
+    made and thrown away at every trial: after two misses in a row the worker lets 8
+    trials start without one, then tries again (16 after the next miss, up to 64); a
+    spare used ends the pause at once."""
     spare = SpareFolder(str(tmp_path))
+
+    def miss(name: str) -> None:
+        (tmp_path / name).mkdir()
+        assert spare.take(str(tmp_path / name), NAMES) is None
+
     for i in range(2):
-        (tmp_path / f"t{i}").mkdir()
         spare.prepare(NAMES)
         assert spare.ready
-        assert spare.take(str(tmp_path / f"t{i}"), NAMES) is None
+        miss(f"t{i}")
+    for _ in range(8):  # paused
+        spare.prepare(NAMES)
+        assert not spare.ready
+    spare.prepare(NAMES)  # tried again
+    assert spare.ready
+    miss("t2")
+    for _ in range(16):  # a longer pause
+        spare.prepare(NAMES)
+        assert not spare.ready
     spare.prepare(NAMES)
-    assert not spare.ready
-    assert sorted(os.listdir(tmp_path)) == ["t0", "t1"]
+    restore = spare.take(str(tmp_path / "t3"), NAMES)  # used: fds 1 and 2 point there
+    assert restore is not None
+    restore()  # at once: this test's own output goes back where it went
+    assert sorted(os.listdir(tmp_path / "t3")) == sorted(NAMES)
+    spare.prepare(NAMES)
+    assert spare.ready  # a spare used: no pause
+    spare.discard()
 
 
 def test_sweep_removes_the_spares_of_killed_workers(tmp_path: Path) -> None:

@@ -12,7 +12,9 @@ Used only where it is the same thing: the trial's folder does not exist yet (not
 restart, nor made by the driver for a callback), its log files are plain names in it,
 and the rename succeeds (the same filesystem); otherwise the spare is removed and the
 trial starts as before. After two misses in a row (the driver makes every folder, for
-a callback's `on_trial_start`), the worker makes no more spares. The worker removes
+a callback's `on_trial_start`, or paused trials come back) the worker lets 8 trials
+start without one, then tries again, doubling the pause up to 64 trials while it
+misses. The worker removes
 its spare when it exits; the local backend sweeps those of killed workers at the end
 of the run (`sweep`).
 """
@@ -27,7 +29,9 @@ from collections.abc import Callable
 
 _PREFIX = "spare-"
 _APPEND = os.O_WRONLY | os.O_CREAT | os.O_APPEND
-_MISSES = 2  # spares in a row that could not be used: make no more
+_MISSES = 2  # spares in a row that could not be used: pause making them
+_PAUSE = 8  # trials started without a spare after that (doubled per miss, up to _LONGEST)
+_LONGEST = 64
 
 
 class SpareFolder:
@@ -38,6 +42,7 @@ class SpareFolder:
         self._names: tuple[str, str] | None = None  # the log files the spare holds
         self._fds: tuple[int, int] | None = None  # open on them (one fd if one file)
         self._misses = 0  # spares in a row that could not be used
+        self._pause = 0  # waits left without a spare
 
     @property
     def ready(self) -> bool:
@@ -46,7 +51,10 @@ class SpareFolder:
     def prepare(self, names: tuple[str, str]) -> None:
         """Make the spare folder with the log files `names` open in it (nothing when the
         names are not plain file names, or the folder cannot be made)."""
-        if self._fds is not None or self._misses >= _MISSES:
+        if self._fds is not None:
+            return
+        if self._pause > 0:
+            self._pause -= 1
             return
         if any(os.sep in n or n in ("", ".", "..") for n in names):
             return
@@ -80,6 +88,8 @@ class SpareFolder:
             os.rename(self._path, trial_dir)
         except OSError:  # made already, another filesystem, or its parent is missing
             self._misses += 1
+            if self._misses >= _MISSES:
+                self._pause = min(_PAUSE << (self._misses - _MISSES), _LONGEST)
             _close(*fds)
             shutil.rmtree(self._path, ignore_errors=True)
             return None
