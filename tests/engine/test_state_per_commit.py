@@ -153,7 +153,7 @@ def test_a_slow_state_spaces_the_commits_by_its_own_cost(
     committing stays a small share of the driver's time however slow the state gets,
     instead of a commit at every step (each one longer than the 20 ms interval). The
     first slow commit is named in the log, once (here "slow" is lowered to 25 ms)."""
-    monkeypatch.setattr(commit, "_SLOW_COMMIT_S", 0.025)
+    monkeypatch.setattr(commit, "_SLOW_STATES_S", 0.025)
     caplog.set_level(logging.WARNING, logger="tunefleet")
     search = SlowStateSearch(random_state=0)
     trials = 200

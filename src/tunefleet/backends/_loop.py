@@ -48,7 +48,7 @@ from tunefleet.backends._protocol import (
     send_together,
 )
 from tunefleet.backends._restore import restore_point
-from tunefleet.backends._spare import SpareFolder, point_output_at
+from tunefleet.backends._spare import SpareFolder, open_log, point_output_at
 from tunefleet.result import DEFAULT_METRIC, SHOULD_CHECKPOINT, TRAINING_ITERATION
 from tunefleet.session import StopTrial, TrialSession, TuneContext
 from tunefleet.trial import FailureKind, FailureRecord
@@ -441,11 +441,9 @@ def _redirect_output(trial_dir: str, names: tuple[str, str]) -> Callable[[], Non
     for name, path in zip(names, paths, strict=True):
         if os.path.dirname(name):  # e.g. "logs/out.txt" (the trial's folder exists)
             os.makedirs(os.path.dirname(path), exist_ok=True)
-    out = os.open(paths[0], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    err = out if os.path.abspath(paths[1]) == os.path.abspath(paths[0]) else None
-    if err is None:
-        err = os.open(paths[1], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    return point_output_at(out, err)
+    out = open_log(paths[0])
+    same = os.path.abspath(paths[1]) == os.path.abspath(paths[0])
+    return point_output_at(out, out if same else open_log(paths[1]))
 
 
 def _children(pid: int) -> list[int]:

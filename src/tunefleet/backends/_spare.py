@@ -14,9 +14,8 @@ and the rename succeeds (the same filesystem); otherwise the spare is removed an
 trial starts as before. After two misses in a row (the driver makes every folder, for
 a callback's `on_trial_start`, or paused trials come back) the worker lets 8 trials
 start without one, then tries again, doubling the pause up to 64 trials while it
-misses. The worker removes
-its spare when it exits; the local backend sweeps those of killed workers at the end
-of the run (`sweep`).
+misses. The worker removes its spare when it exits; the local backend sweeps those of
+killed workers at the end of the run (`sweep`).
 """
 
 from __future__ import annotations
@@ -28,7 +27,6 @@ import sys
 from collections.abc import Callable
 
 _PREFIX = "spare-"
-_APPEND = os.O_WRONLY | os.O_CREAT | os.O_APPEND
 _MISSES = 2  # spares in a row that could not be used: pause making them
 _PAUSE = 8  # trials started without a spare after that (doubled per miss, up to _LONGEST)
 _LONGEST = 64
@@ -63,12 +61,8 @@ class SpareFolder:
             if os.path.lexists(self._path):  # left by an earlier worker with this pid
                 shutil.rmtree(self._path)
             os.mkdir(self._path)
-            out = os.open(os.path.join(self._path, names[0]), _APPEND, 0o644)
-            err = (
-                out
-                if names[1] == names[0]
-                else os.open(os.path.join(self._path, names[1]), _APPEND, 0o644)
-            )
+            out = open_log(os.path.join(self._path, names[0]))
+            err = out if names[1] == names[0] else open_log(os.path.join(self._path, names[1]))
         except OSError:
             _close(out, err)
             shutil.rmtree(self._path, ignore_errors=True)
@@ -102,6 +96,11 @@ class SpareFolder:
         if fds is not None:
             _close(*fds)
             shutil.rmtree(self._path, ignore_errors=True)
+
+
+def open_log(path: str) -> int:
+    """A trial's log file at `path`, opened (made if missing) for appending."""
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
 
 
 def point_output_at(out: int, err: int) -> Callable[[], None]:

@@ -31,7 +31,7 @@ _COMMIT_AT_LEAST_EVERY_S = 5.0  # however long the searcher takes
 # grouped, and counting them would space commits by what they buffer, without end.
 _COMMIT_SHARE = 0.05
 _SPACING_PER_COST = (1.0 - _COMMIT_SHARE) / _COMMIT_SHARE  # 19 s between for 1 s of states
-_SLOW_COMMIT_S = 1.0  # states this slow are named once in the log, with what they cost
+_SLOW_STATES_S = 1.0  # states this slow are named once in the log, with what they cost
 _RETRY_EVERY_S = 1.0  # while the store cannot write (disk full, locked)
 # SQLite's result codes that may pass: SQLITE_BUSY, SQLITE_LOCKED, SQLITE_IOERR, SQLITE_FULL
 _TRANSIENT = {5, 6, 10, 13}
@@ -80,7 +80,7 @@ class Commits:
         self._committed = 0.0  # time.monotonic() of the last commit
         self._searcher_s = 0.0  # of the time since, what the searcher took (not counted)
         self._cost = 0.0  # seconds `before_commit` took at the last commit (the states)
-        self._told_slow = False  # a slow commit has been named in the log
+        self._told_slow = False  # slow states have been named in the log
         self._failing: str | None = None  # why the store could not write, while it cannot
         self.deleter = Deleter()
         self._pins: dict[str, str] = {}  # trial id -> the checkpoint its next attempt copies
@@ -162,7 +162,7 @@ class Commits:
         """Saving the states for this commit took `cost` seconds: the next commits are
         spaced by it."""
         self._cost = cost
-        if cost >= _SLOW_COMMIT_S and not self._told_slow:
+        if cost >= _SLOW_STATES_S and not self._told_slow:
             self._told_slow = True
             logger.warning(
                 "Saving the experiment's state took %.1f s (the searcher's, the "
