@@ -74,3 +74,17 @@ def test_a_segfault_while_a_worker_imports_the_trainable_shows_the_python_stack(
     text = str(caught.value)
     assert "Fatal Python error: Segmentation fault" in text, text
     assert "segfaults_at_import.py" in text and "crash_while_importing_here" in text, text
+
+
+def test_a_log_tail_keeps_a_deep_stacks_header(tmp_path: Path) -> None:
+    from tunefleet.backends._attempt import stderr_tail
+
+    log = tmp_path / "workers.log"
+    stack = [f'  File "m{i}.py", line {i} in f{i}' for i in range(40)]
+    log.write_text("\n".join(["noise"] * 10 + ["Fatal Python error: Segmentation fault", *stack]))
+    tail = stderr_tail(str(log)) or ""
+    assert tail.startswith("Fatal Python error: Segmentation fault"), tail  # not 20 lines
+    assert tail.endswith("line 39 in f39")
+    far = ["Traceback (most recent call last):", *(f"line {i}" for i in range(100))]
+    log.write_text("\n".join(far))
+    assert stderr_tail(str(log)) == "\n".join(far[-20:]), "a header too far: the last 20 lines"

@@ -83,8 +83,14 @@ def trial_stderr_tail(launch: TrialLaunch) -> str | None:
     return stderr_tail(os.path.join(launch.trial_dir, launch.log_files[1]))
 
 
+_STACK_HEADERS = ("Traceback (most recent call last)", "Fatal Python error")
+_STACK_TAIL_LINES = 80  # a stack's header this far from the end is kept
+
+
 def stderr_tail(path: str) -> str | None:
-    """The last 20 lines of a log file (of its last 4,000 bytes); None if unreadable."""
+    """The last 20 lines of a log file (of its last 4,000 bytes), or from the last header
+    of a Python stack in them (a traceback's, or faulthandler's "Fatal Python error"), so
+    a deep stack keeps what it says; None if unreadable."""
     try:
         with open(path, "rb") as f:
             f.seek(0, os.SEEK_END)
@@ -93,8 +99,13 @@ def stderr_tail(path: str) -> str | None:
             data = f.read().decode("utf-8", "replace")
     except OSError:
         return None
-    lines = data.splitlines()[-20:]
-    return "\n".join(lines) if lines else None
+    lines = data.splitlines()
+    start = max(0, len(lines) - 20)
+    for i in range(len(lines) - 1, max(-1, len(lines) - _STACK_TAIL_LINES - 1), -1):
+        if lines[i].startswith(_STACK_HEADERS):
+            start = min(start, i)
+            break
+    return "\n".join(lines[start:]) if lines else None
 
 
 def trial_event(attempt: Worker, msg: TrialMessage) -> Event | None:

@@ -14,13 +14,25 @@ import select
 import subprocess
 import time
 from collections.abc import Sequence
+from typing import Protocol
 
 
-def wait_all(procs: Sequence[subprocess.Popen[bytes]], timeout: float) -> None:
+class Process(Protocol):
+    """What is waited on: a `subprocess.Popen`, or a worker forked by the zygote."""
+
+    @property
+    def pid(self) -> int: ...
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+
+def wait_all(procs: Sequence[Process], timeout: float) -> None:
     """Until every process in `procs` has exited (and is reaped) or `timeout` seconds
     have passed."""
     end = time.monotonic() + timeout
-    fds: dict[int, subprocess.Popen[bytes]] = {}
+    fds: dict[int, Process] = {}
     try:
         for proc in procs:
             if proc.poll() is None:  # not reaped: its pid is still its own
@@ -40,7 +52,7 @@ def wait_all(procs: Sequence[subprocess.Popen[bytes]], timeout: float) -> None:
             os.close(fd)
 
 
-def _poll_all(procs: Sequence[subprocess.Popen[bytes]], end: float) -> None:
+def _poll_all(procs: Sequence[Process], end: float) -> None:
     for proc in procs:
         try:
             proc.wait(timeout=max(0.0, end - time.monotonic()))

@@ -8,12 +8,10 @@ and run trial after trial; a worker that dies is replaced.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -53,19 +51,24 @@ from tunefleet.backends.local._resources import (
 )
 from tunefleet.backends.local._startup import defined_where, hung_record, start_timeout
 from tunefleet.backends.local._trainable_file import new_key, write_trainable_file
+from tunefleet.backends.local._zygote import (
+    ForkedProcess,
+    Zygote,
+    start_worker,
+    wanted,
+    worker_env,
+)
 from tunefleet.space._sendable import is_plain, pickling_problem
 from tunefleet.trial import FailureKind, FailureRecord
 
 logger = get_logger(__name__)
-
-_PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
 
 
 @dataclass(kw_only=True, eq=False)
 class _Process(Worker):
     """A worker process: the leader of its own process group."""
 
-    proc: subprocess.Popen[bytes]
+    proc: subprocess.Popen[bytes] | ForkedProcess  # forked by the zygote, or started
     conn: Connection
     gpus: tuple[str, ...]  # the devices it sees (CUDA_VISIBLE_DEVICES): reuse key
     held: dict[str, float] = field(default_factory=dict)
@@ -147,6 +150,8 @@ class LocalBackend(PoolBackend[_Process]):
             mechanism=memory_mechanism,
             node_memory=node_memory,
         )
+        # workers are forked from it (_zygote.py); it starts now, while the driver sets up
+        self._zygote = Zygote(self._trainable_file, self._log, worker_env()) if wanted() else None
 
     # -- capacity ----------------------------------------------------------------------
     def capacity(self) -> dict[str, float]:
@@ -344,29 +349,10 @@ class LocalBackend(PoolBackend[_Process]):
 
     def _spawn(self, gpus: tuple[str, ...]) -> _Process:
         parent, child = socket.socketpair()
-        child_fd = child.fileno()
-        env = dict(os.environ)
-        # absolute: trials run in their own folders, where "" would mean something else
-        env["TUNEFLEET_SYS_PATH"] = json.dumps([os.path.abspath(p) for p in sys.path])
-        # the worker must import this very tunefleet, installed or not
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [_PACKAGE_ROOT, env.get("PYTHONPATH")]))
+        env = worker_env()
         if gpus or self._pool.gpu_free:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "tunefleet.backends.local._worker",
-                str(child_fd),
-                self._trainable_file,
-            ],
-            pass_fds=(child_fd,),
-            start_new_session=True,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=self._log,
-            stderr=self._log,
-        )
+        proc = start_worker(self._zygote, child, env, self._trainable_file, self._log)
         child.close()
         self._memory.attach(proc.pid)  # before any trial: its children inherit the cgroup
         worker = _Process(proc=proc, conn=Connection(parent.detach()), gpus=gpus)
@@ -412,6 +398,8 @@ class LocalBackend(PoolBackend[_Process]):
         self._workers.clear()
         self._by_trial.clear()
         self._memory.close()
+        if self._zygote is not None:
+            self._zygote.close()
         self._log.close()
         try:
             os.remove(self._trainable_file)

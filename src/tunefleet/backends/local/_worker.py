@@ -2,16 +2,19 @@
 
 Started as ``python -m tunefleet.backends.local._worker FD TRAINABLE_FILE`` in a
 new session (its own process group), with FD one end of a socket pair to the
-driver. The driver first sends, over that socket, the key that verifies the
-trainable file (never in the environment or the arguments, which ``/proc`` shows).
-It sends `Ready` once the trainable is loaded (`SetupFailed` if it cannot be),
-then serves the loop's messages (``_protocol.py``) until told to exit.
+driver; or forked, in a new session too, from a zygote started as ``... _worker
+--zygote FD TRAINABLE_FILE`` (``_zygote.py``), which runs `run` in each worker. The
+driver first sends, over that socket, the key that verifies the trainable file (never
+in the environment or the arguments, which ``/proc`` shows). The worker sends `Ready`
+once the trainable is loaded (`SetupFailed` if it cannot be), then serves the loop's
+messages (``_protocol.py``) until told to exit.
 """
 
 from __future__ import annotations
 
 import faulthandler
 import os
+import select
 import signal
 import sys
 import time
@@ -42,22 +45,33 @@ def _become_subreaper() -> None:
         pass
 
 
-def _die_with_the_driver() -> None:
-    """If the driver dies (even by SIGKILL), kill every process this worker started, then
-    its whole process group.
+def _die_with_the_driver(driver: int) -> None:
+    """If the driver (pid `driver`) dies, even by SIGKILL, kill every process this worker
+    started, then its whole process group.
 
     A trial in a long step would otherwise run on, orphaned, and write into a trial
     directory that a resumed driver is about to use again. Its descendants that left
     the group (daemons: ``setsid``) are killed through the process tree (this worker
-    is their subreaper) and, where it has one of its own, its cgroup.
+    is their subreaper) and, where it has one of its own, its cgroup. The driver's exit
+    wakes the watch through a pidfd; where there is none, the watch checks every 0.5 s
+    that this worker's parent (the driver, or the zygote that forked it, which exits when
+    the driver does) is still alive.
     """
     import threading
 
-    driver = os.getppid()
+    parent = os.getppid()  # the driver, or the zygote (which dies with the driver)
 
     def watch() -> None:
-        while os.getppid() == driver:
-            time.sleep(0.5)
+        try:
+            pidfd = os.pidfd_open(driver)
+        except ProcessLookupError:  # gone already
+            pidfd = None
+        except (AttributeError, OSError):  # no pidfd here
+            while os.getppid() == parent:
+                time.sleep(0.5)
+            pidfd = None
+        if pidfd is not None:
+            select.select([pidfd], [], [])  # readable once the driver has exited
         kill_descendants()
         kill_own_cgroup()
         os.killpg(os.getpgrp(), signal.SIGKILL)
@@ -65,12 +79,13 @@ def _die_with_the_driver() -> None:
     threading.Thread(target=watch, name="tunefleet-driver-watch", daemon=True).start()
 
 
-def main() -> None:
+def run(fd: int, trainable_file: str, driver: int) -> None:
+    """Be a worker on channel `fd` to the driver (pid `driver`): load the trainable in
+    `trainable_file`, then serve the trial loop until told to exit."""
     # a crash while loading the trainable (a C extension its module imports) leaves
     # the Python stack in this worker's output, which a failed start-up shows
     faulthandler.enable(file=sys.stderr, all_threads=False)
-    _die_with_the_driver()
-    fd = int(sys.argv[1])
+    _die_with_the_driver(driver)
     os.set_inheritable(fd, False)  # processes a trial starts must not hold the driver's line
     conn = Connection(fd)
     try:
@@ -84,7 +99,7 @@ def main() -> None:
         sys.path[:0] = [p for p in json.loads(extra_path) if p not in sys.path]
     _become_subreaper()
     try:
-        loop = load(sys.argv[2], key, conn)
+        loop = load(trainable_file, key, conn)
     except BaseException as exc:
         failure = FailureRecord(
             kind=FailureKind.EXCEPTION,
@@ -96,6 +111,18 @@ def main() -> None:
         return
     send(conn, Ready(os.getpid()))
     loop.serve()
+
+
+def main() -> None:
+    if sys.argv[1] == "--zygote":  # workers are forked from this process (_zygote.py)
+        import cloudpickle  # noqa: F401  # what loads the trainable: once, here
+
+        from tunefleet.backends.local import _zygote
+
+        driver = os.getppid()
+        _zygote.serve(int(sys.argv[2]), lambda fd, path: run(fd, path, driver), sys.argv[3])
+        return
+    run(int(sys.argv[1]), sys.argv[2], os.getppid())
 
 
 if __name__ == "__main__":
