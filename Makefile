@@ -70,6 +70,7 @@ check: $(STAMP)
 bench: $(BENCH_STAMP)
 	$(COMPILE)
 	$(BIN)/python benchmarks/overhead.py
+	$(BIN)/python benchmarks/class_trials.py
 	$(BIN)/python benchmarks/ray_backend.py
 	$(BIN)/python benchmarks/store_scaling.py
 	$(BIN)/python benchmarks/checkpoint_cost.py

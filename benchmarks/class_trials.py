@@ -1,6 +1,6 @@
 """A worker per trial: class trainables with Ray Tune's default (no actor reuse).
 
-Workload: ``--trials`` trials (default 200) of a class trainable whose ``step`` does no
+Workload: ``--trials`` trials (default 100) of a class trainable whose ``step`` does no
 work, 10 steps each, ``--concurrency`` at a time (default 2), one CPU each,
 ``reuse_actors`` left at its default (None: off for classes, in both frameworks), so
 every trial gets a new worker process (Ray: a new actor). Each case runs in a fresh
@@ -15,7 +15,7 @@ when it exists.
 Figure: ``ms_per_trial``, the wall time from just before ``Tuner(...)`` (for Ray,
 ``ray.init``) until ``fit()`` returns, divided by the trials.
 
-    .venv/bin/python benchmarks/class_trials.py [--trials 200] [--rounds 3]
+    .venv/bin/python benchmarks/class_trials.py [--trials 100] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ def _run(python: str, framework: str, env: dict[str, str], args: argparse.Namesp
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trials", type=int, default=200)
+    parser.add_argument("--trials", type=int, default=100)
     parser.add_argument("--concurrency", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--peers-python", default=str(HERE.parent / ".venv-peers/bin/python"))
@@ -139,7 +139,8 @@ def main() -> int:
         if not values:
             continue
         median = statistics.median(values)
-        ratio = f"  ({median / base:.1f}x the forked workers' time)" if base else ""
+        first = name == cases[0][0]
+        ratio = f"  ({median / base:.1f}x the forked workers' time)" if base and not first else ""
         print(f"  {name:28s} {median:8.1f}{ratio}")
     return 0
 

@@ -23,6 +23,10 @@ processes, ``--concurrency`` at a time (default 2). Methods, on one uniform para
             perturbation_interval 2 (an exploit or explore every 2 results), a
             checkpoint every 2 results; here a *unit* is a result, not a trial.
 ``bohb``    `TuneBOHB` + `HyperBandForBOHB` (max_t 9, reduction factor 3).
+``tpe-random``, ``bohb-random``: the same searchers with a model that costs nothing
+            (`OptunaSearch` with Optuna's ``RandomSampler(seed=0)``; `TuneBOHB` with
+            ``random_fraction=1``): their bookkeeping (the searcher's state, its
+            observations, Optuna's study) at sizes the model itself cannot reach.
 
 Sampler-bound methods are capped: Optuna's TPE (and BOHB's kernel density fit) cost
 O(n) per ``suggest``, so 100,000 trials is hours of the sampler alone, not of
@@ -89,7 +93,7 @@ from typing import Any
 from overhead import RESULT_TAG, emit
 from scale import RERUN_ENV, count_results, peak_rss_mb, proc_io, rerun_count, rss_bytes, window_for
 
-METHODS = ("random", "tpe", "asha", "pbt", "bohb")
+METHODS = ("random", "tpe", "asha", "pbt", "bohb", "tpe-random", "bohb-random")
 BACKENDS = ("simulated", "local")
 DEFAULT_SIZES = {"simulated": "1000,10000,100000", "local": "1000,10000"}
 DEFAULT_CAPS = "tpe=10000,bohb=10000"
@@ -150,7 +154,7 @@ def trivial_pbt(config: dict[str, Any]) -> None:
 def _reports(method: str, trials: int, reports: int) -> int:
     if method == "pbt":
         return max(1, trials // PBT_POPULATION)
-    return MAX_T if method in ("asha", "bohb") else reports
+    return MAX_T if method in ("asha", "bohb", "bohb-random") else reports
 
 
 def build(args: argparse.Namespace) -> dict[str, Any]:
@@ -173,15 +177,18 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
         trainable = tune.with_resources(fn, {"cpu": min(1.0, cpus / conc)})
     search_alg: Any = None
     scheduler: Any = None
-    if method == "tpe":
+    if method in ("tpe", "tpe-random"):
         import optuna
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        search_alg = tune.search.OptunaSearch(sampler=optuna.samplers.TPESampler(seed=0))
+        samplers = optuna.samplers
+        sampler = samplers.TPESampler(seed=0) if method == "tpe" else samplers.RandomSampler(0)
+        search_alg = tune.search.OptunaSearch(sampler=sampler)
     elif method == "asha":
         scheduler = tune.schedulers.ASHAScheduler(max_t=MAX_T, grace_period=1, reduction_factor=3)
-    elif method == "bohb":
-        search_alg = tune.search.TuneBOHB(seed=0)
+    elif method in ("bohb", "bohb-random"):
+        bohb = {"random_fraction": 1.0} if method == "bohb-random" else None
+        search_alg = tune.search.TuneBOHB(bohb_config=bohb, seed=0)
         scheduler = tune.schedulers.HyperBandForBOHB(max_t=MAX_T, reduction_factor=3)
     elif method == "pbt":
         scheduler = tune.schedulers.PopulationBasedTraining(
@@ -452,11 +459,16 @@ def child_resume(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
 
 
 def child_optuna(args: argparse.Namespace) -> dict[str, Any]:
-    """The reference for tpe: Optuna's own in-memory study, same sampler, same trials."""
+    """The reference for tpe (and tpe-random): Optuna's own in-memory study, same sampler,
+    same trials."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(sampler=optuna.samplers.TPESampler(seed=0))
+    samplers = optuna.samplers
+    random_ = args.method == "tpe-random"
+    study = optuna.create_study(
+        sampler=samplers.RandomSampler(0) if random_ else samplers.TPESampler(seed=0)
+    )
     t0 = time.perf_counter()
     study.optimize(lambda t: (t.suggest_float("x", 0.0, 1.0) - 0.3) ** 2, n_trials=args.trials)
     wall = time.perf_counter() - t0
@@ -658,7 +670,7 @@ def measure(args: argparse.Namespace, tmp: Path) -> list[dict[str, Any]]:
                 row["run_error"] = run["error"]
                 continue
             row.update(run)
-            if method == "tpe":
+            if method in ("tpe", "tpe-random"):
                 ref = run_child("optuna", args, args.backend, method, size, where / "optuna")
                 row.update(ref) if "error" not in ref else row.update(optuna_error=ref["error"])
             if not args.no_resume:
