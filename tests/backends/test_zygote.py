@@ -182,3 +182,41 @@ def test_the_zygote_and_its_workers_die_with_the_driver(tmp_path: Path) -> None:
             driver.wait()
         if driver.stderr is not None:
             driver.stderr.close()
+
+
+def _environment(config: dict[str, Any]) -> None:
+    tune.report(
+        {
+            "gone": os.environ.get("TUNEFLEET_ZYGOTE_GONE"),
+            "late": os.environ.get("TUNEFLEET_ZYGOTE_LATE"),
+            "parent": " ".join(psutil.Process(os.getppid()).cmdline()),
+        }
+    )
+
+
+class _ChangeTheEnvironment(tune.Callback):
+    """After the first trial started, the driver's environment changes."""
+
+    def on_trial_start(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+        os.environ.pop("TUNEFLEET_ZYGOTE_GONE", None)
+        os.environ["TUNEFLEET_ZYGOTE_LATE"] = "set"
+
+
+def test_a_forked_worker_has_the_drivers_environment_of_its_start(
+    storage: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TUNEFLEET_ZYGOTE_GONE", "here")
+    monkeypatch.delenv("TUNEFLEET_ZYGOTE_LATE", raising=False)
+    grid = tune.Tuner(
+        _environment,
+        param_space={"i": tune.grid_search([0, 1])},
+        tune_config=tune.TuneConfig(max_concurrent_trials=1, reuse_actors=False),
+        run_config=tune.RunConfig(
+            storage_path=storage, verbose=0, callbacks=[_ChangeTheEnvironment()]
+        ),
+    ).fit()
+    assert not grid.errors, grid.errors
+    seen = {r.config["i"]: r.metrics for r in grid}
+    assert (seen[0]["gone"], seen[0]["late"]) == ("here", None), seen[0]
+    assert (seen[1]["gone"], seen[1]["late"]) == (None, "set"), seen[1]  # not the zygote's
+    assert all("--zygote" in m["parent"] for m in seen.values()), seen

@@ -106,7 +106,7 @@ class TrialLoop:
     def _next_message(self) -> ToWorker:
         if self._pending:
             return self._pending.pop(0)
-        if self._spare is not None and self._log_files is not None:
+        if self._spare is not None and self._log_files is not None and self._reuse:
             self._spare.prepare(self._log_files)  # while the driver chooses the next trial
         msg: ToWorker = self._channel.recv()
         return msg

@@ -115,8 +115,12 @@ def run(fd: int, trainable_file: str, driver: int) -> None:
 
 def main() -> None:
     if sys.argv[1] == "--zygote":  # workers are forked from this process (_zygote.py)
-        import cloudpickle  # noqa: F401  # what loads the trainable: once, here
+        # what every worker imports later (the trainable's loader, the Trainable class,
+        # the resource sampler's psutil): once, here, not in each worker
+        import cloudpickle  # noqa: F401
+        import psutil  # noqa: F401
 
+        import tunefleet.trainable  # noqa: F401
         from tunefleet.backends.local import _zygote
 
         driver = os.getppid()

@@ -21,6 +21,7 @@ did. ``TUNEFLEET_WORKER_START=spawn`` asks for that every time.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import select
@@ -33,7 +34,7 @@ from typing import IO, Any
 
 _PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
 START_ENV = "TUNEFLEET_WORKER_START"  # "fork" (the default where it works) or "spawn"
-_MAX_REQUEST = 1 << 20  # bytes: the environment of a worker, as JSON
+_MAX_REQUEST = 1 << 20  # bytes: a request (what a worker's environment changes, as JSON)
 
 
 def wanted() -> bool:
@@ -117,6 +118,7 @@ class Zygote:
     """
 
     def __init__(self, trainable_file: str, log: IO[bytes], env: dict[str, str]) -> None:
+        self._env = dict(env)  # the zygote's: a request sends what differs from it
         self._proc: subprocess.Popen[bytes] | None = None
         self._sock: socket.socket | None = None
         self._codes: dict[int, int] = {}  # exit codes reported, not yet asked for
@@ -152,7 +154,10 @@ class Zygote:
         zygote could not make one (then the caller starts the worker itself)."""
         if self._sock is None:
             return None
-        request = json.dumps({"env": env, "cwd": os.getcwd()}).encode()
+        base = self._env
+        changed = {k: v for k, v in env.items() if base.get(k) != v}
+        removed = [k for k in base if k not in env]
+        request = json.dumps({"env": changed, "unset": removed, "cwd": os.getcwd()}).encode()
         reply: dict[str, Any] = {}
         try:
             socket.send_fds(self._sock, [request], [channel.fileno()])
@@ -242,6 +247,10 @@ def serve(control_fd: int, run_worker: Callable[[int, str], None], trainable_fil
     """
     control = socket.socket(fileno=control_fd)
     os.set_inheritable(control_fd, False)
+    # what is imported now is shared with every worker until written to: kept out of the
+    # collector's passes, which would write to every object (copying its page) in each
+    gc.collect()
+    gc.freeze()
     poller = select.poll()
     poller.register(control_fd, select.POLLIN)
     children: dict[int, int] = {}  # pidfd -> pid of a worker
@@ -307,7 +316,8 @@ def _become_worker(
         os.closerange(3, channel)  # the zygote's line, its other workers' pidfds
         os.closerange(channel + 1, os.sysconf("SC_OPEN_MAX"))
         os.setsid()
-        os.environ.clear()
+        for name in request["unset"]:  # the zygote's environment, made the driver's now
+            os.environ.pop(name, None)
         os.environ.update(request["env"])
         os.chdir(request["cwd"])
         sys.argv[1:] = [str(channel), trainable_file]
