@@ -113,18 +113,22 @@ def run(fd: int, trainable_file: str, driver: int) -> None:
     loop.serve()
 
 
+def _warm() -> None:
+    """What every worker imports later (the Trainable class, the resource sampler's
+    psutil): imported in the zygote once it is idle, not in each worker."""
+    import psutil  # noqa: F401
+
+    import tunefleet.trainable  # noqa: F401
+
+
 def main() -> None:
     if sys.argv[1] == "--zygote":  # workers are forked from this process (_zygote.py)
-        # what every worker imports later (the trainable's loader, the Trainable class,
-        # the resource sampler's psutil): once, here, not in each worker
-        import cloudpickle  # noqa: F401
-        import psutil  # noqa: F401
+        import cloudpickle  # noqa: F401  # what loads the trainable: once, here
 
-        import tunefleet.trainable  # noqa: F401
         from tunefleet.backends.local import _zygote
 
         driver = os.getppid()
-        _zygote.serve(int(sys.argv[2]), lambda fd, path: run(fd, path, driver), sys.argv[3])
+        _zygote.serve(int(sys.argv[2]), lambda fd, path: run(fd, path, driver), sys.argv[3], _warm)
         return
     run(int(sys.argv[1]), sys.argv[2], os.getppid())
 

@@ -238,24 +238,35 @@ class Zygote:
 # -- the zygote's side -------------------------------------------------------------------
 
 
-def serve(control_fd: int, run_worker: Callable[[int, str], None], trainable_file: str) -> None:
+def serve(
+    control_fd: int,
+    run_worker: Callable[[int, str], None],
+    trainable_file: str,
+    warm: Callable[[], None] | None = None,
+) -> None:
     """The zygote's loop: fork a worker for each request, report each worker's exit code,
     until the driver closes the line.
 
     `run_worker(fd, trainable_file)` is what a worker runs (`_worker.run`); it is
-    imported before the first request, which is the point of a zygote.
+    imported before the first request, which is the point of a zygote. `warm()` imports
+    what workers need later on (not to start): it runs once the first workers are
+    forked and no request waits, so it never delays the experiment's first trials.
     """
     control = socket.socket(fileno=control_fd)
     os.set_inheritable(control_fd, False)
-    # what is imported now is shared with every worker until written to: kept out of the
-    # collector's passes, which would write to every object (copying its page) in each
-    gc.collect()
-    gc.freeze()
     poller = select.poll()
     poller.register(control_fd, select.POLLIN)
     children: dict[int, int] = {}  # pidfd -> pid of a worker
     while True:
-        for fd, _event in poller.poll():
+        events = poller.poll(0 if warm is not None and children else None)
+        if not events and warm is not None:
+            warm()
+            warm = None
+            # what is imported is shared with every worker until written to: kept out of
+            # the collector's passes, which write to every object they visit
+            gc.freeze()
+            continue
+        for fd, _event in events:
             if fd != control_fd:
                 pid = children.pop(fd)
                 poller.unregister(fd)
