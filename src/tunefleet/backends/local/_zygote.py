@@ -122,7 +122,6 @@ class Zygote:
         self._proc: subprocess.Popen[bytes] | None = None
         self._sock: socket.socket | None = None
         self._codes: dict[int, int] = {}  # exit codes reported, not yet asked for
-        self._forked: set[int] = set()  # its workers not reported yet
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self._proc = subprocess.Popen(
@@ -169,7 +168,6 @@ class Zygote:
         if not isinstance(pid, int):
             self._give_up()  # every later worker is started instead
             return None
-        self._forked.add(pid)
         return ForkedProcess(pid, self)
 
     def exit_code(self, pid: int, timeout: float | None) -> int | None:
@@ -185,7 +183,6 @@ class Zygote:
                     return None
             except (OSError, ValueError):
                 self._give_up()
-        self._forked.discard(pid)
         return self._codes.pop(pid)
 
     def _receive(self, timeout: float | None) -> dict[str, Any] | None:
@@ -207,7 +204,8 @@ class Zygote:
         return message
 
     def _lost(self, pid: int, end: float | None) -> int | None:
-        """Without the zygote, a worker's exit is still seen (a pidfd), not its code."""
+        """Without the zygote, a worker's exit is still seen (a pidfd), not its code: -9
+        (SIGKILL) stands for it, the likeliest end of a worker that outlived its zygote."""
         try:
             fd = os.pidfd_open(pid)
         except ProcessLookupError:
