@@ -151,6 +151,8 @@ def legacy_checkpoint_config(
                 f"{field_name}={current!r}; give it in checkpoint_config only"
             )
         setattr(config, field_name, value)
+    if config.checkpoint_at_end is None:  # Ray's tune.run: no final save unless asked
+        config.checkpoint_at_end = False  # (a Tuner's default differs: tuner.py)
     return config
 
 

@@ -84,6 +84,7 @@ class Tuner:
         self.tune_config.validate()
         self.run_config.validate()
         _check_checkpoint_config(trainable, self.run_config.checkpoint_config)
+        self.run_config = _checkpoint_at_end_default(trainable, self.run_config)
         from tunefleet.space import validate_space
         from tunefleet.space._sendable import check_sendable
 
@@ -279,6 +280,23 @@ def _check_checkpoint_config(trainable: Any, config: CheckpointConfig) -> None:
                 "tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(path)) "
                 "when one is due (e.g. every N iterations, and after the last)"
             )
+
+
+def _checkpoint_at_end_default(trainable: Any, run_config: RunConfig) -> RunConfig:
+    """`run_config` with Ray Tune's default for `CheckpointConfig.checkpoint_at_end` (None)
+    made explicit: a class trainable that saves (it overrides `save_checkpoint`) saves
+    after its last step, as a Ray `Tuner` does, so its result has a final checkpoint. One
+    that does not save is not asked to (Ray's trial would fail on `NotImplementedError`).
+    A copy: the caller's configs are left as they were."""
+    from tunefleet.trainable import Trainable
+
+    config = run_config.checkpoint_config
+    inner = unwrap(trainable)[0]
+    if config.checkpoint_at_end is not None or not inspect.isclass(inner):
+        return run_config
+    saves = issubclass(inner, Trainable) and inner.save_checkpoint is not Trainable.save_checkpoint
+    checkpoints = dataclasses.replace(config, checkpoint_at_end=saves)
+    return dataclasses.replace(run_config, checkpoint_config=checkpoints)
 
 
 def _remote(path: str | os.PathLike[str], filesystem: Any) -> Any:

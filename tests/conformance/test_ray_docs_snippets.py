@@ -372,10 +372,13 @@ def test_class_checkpoint_frequency_2_saves_at_iteration_2(class_checkpoints):
         assert json.load(f)["input_size"] == 64
 
 
-def test_class_checkpoint_frequency_10_saves_nothing_in_2_iterations(class_checkpoints):
+def test_class_checkpoint_frequency_10_saves_only_at_the_end_in_2_iterations(class_checkpoints):
+    # Ray 2.60's Tuner sets checkpoint_at_end=True for class trainables when it is left at
+    # None (checked against Ray itself: one checkpoint, at iteration 2)
     result = class_checkpoints["every_10"]
     assert result.metrics["training_iteration"] == 2
-    assert result.checkpoint is None
+    assert result.checkpoint is not None
+    assert [m["training_iteration"] for _, m in result.best_checkpoints] == [2]
 
 
 def test_class_checkpoint_at_end(class_checkpoints):

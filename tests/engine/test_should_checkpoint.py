@@ -39,6 +39,10 @@ class Counter(tune.Trainable):
         self.count = json.loads(Path(str(checkpoint), "count.json").read_text())
 
 
+# only the checkpoints asked for (a Tuner's default also saves a class trainable at its end)
+_ASKED_ONLY = tune.CheckpointConfig(checkpoint_at_end=False)
+
+
 def _checkpoints(experiment: str) -> list[tuple[int, int]]:
     """(iteration, saved count) of every checkpoint the store recorded, oldest first."""
     with StoreReader(experiment) as reader:
@@ -51,7 +55,7 @@ def test_a_step_result_asking_is_checkpointed_after_that_step(storage: str) -> N
     grid = tune.Tuner(
         Counter,
         param_space={"ask_at": [2, 5]},
-        run_config=tune.RunConfig(storage_path=storage, verbose=0),
+        run_config=tune.RunConfig(storage_path=storage, verbose=0, checkpoint_config=_ASKED_ONLY),
     ).fit()
     assert _checkpoints(grid.experiment_path) == [(2, 2), (5, 5)]
     assert grid[0].checkpoint is not None
@@ -79,7 +83,9 @@ def test_a_callback_asking_is_checkpointed_after_that_step_when_sync(storage: st
     grid = tune.Tuner(
         Counter,
         tune_config=tune.TuneConfig(scheduler=Sync()),
-        run_config=tune.RunConfig(storage_path=storage, verbose=0, callbacks=[AskAt({3})]),
+        run_config=tune.RunConfig(
+            storage_path=storage, verbose=0, callbacks=[AskAt({3})], checkpoint_config=_ASKED_ONLY
+        ),
     ).fit()
     assert _checkpoints(grid.experiment_path) == [(3, 3)]
 
@@ -132,6 +138,7 @@ def test_a_callback_asking_gets_a_checkpoint_of_the_state_it_reaches(
             verbose=0,
             callbacks=[AskAndAcknowledge({3}, str(seen))],
             stop={"count": 8},  # past the step (6 at the latest) that takes the request
+            checkpoint_config=_ASKED_ONLY,
         ),
     ).fit()
     ((iteration, count),) = _checkpoints(grid.experiment_path)
