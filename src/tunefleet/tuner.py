@@ -28,7 +28,7 @@ from tunefleet.config import (
     trial_log_files,
 )
 from tunefleet.storage.paths import is_url
-from tunefleet.trainable import unwrap, validate_trainable, with_resources
+from tunefleet.trainable import Trainable, unwrap, validate_trainable, with_resources
 from tunefleet.trial import Trial
 
 if TYPE_CHECKING:  # loaded when used: `import tunefleet` stays light (no pandas)
@@ -288,8 +288,6 @@ def _checkpoint_at_end_default(trainable: Any, run_config: RunConfig) -> RunConf
     after its last step, as a Ray `Tuner` does, so its result has a final checkpoint. One
     that does not save is not asked to (Ray's trial would fail on `NotImplementedError`).
     A copy: the caller's configs are left as they were."""
-    from tunefleet.trainable import Trainable
-
     config = run_config.checkpoint_config
     inner = unwrap(trainable)[0]
     if config.checkpoint_at_end is not None or not inspect.isclass(inner):

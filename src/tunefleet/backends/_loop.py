@@ -83,8 +83,9 @@ class TrialLoop:
         self._save_asked = False  # the driver asked for a checkpoint (should_checkpoint)
         self._saved_at: int | None = None  # the iteration of the attempt's newest checkpoint
         self._outbox: list[TrialMessage] | None = None  # held while a trial ends
-        # the next trial's folder, made while waiting for it (`_spare.py`; local workers)
-        self._spare = SpareFolder(spare_home) if spare_home is not None else None
+        # the next trial's folder, made while waiting for it (`_spare.py`; local workers
+        # that are reused: one that is not runs no next trial)
+        self._spare = SpareFolder(spare_home) if spare_home is not None and self._reuse else None
         self._log_files: tuple[str, str] | None = None  # the last trial's, for the spare
 
     def serve(self) -> None:
@@ -106,7 +107,7 @@ class TrialLoop:
     def _next_message(self) -> ToWorker:
         if self._pending:
             return self._pending.pop(0)
-        if self._spare is not None and self._log_files is not None and self._reuse:
+        if self._spare is not None and self._log_files is not None:
             self._spare.prepare(self._log_files)  # while the driver chooses the next trial
         msg: ToWorker = self._channel.recv()
         return msg

@@ -74,9 +74,17 @@ def start_worker(
     forked = None if zygote is None else zygote.fork(channel, env)
     if forked is not None:
         return forked
-    fd = channel.fileno()
+    return _start([], channel.fileno(), trainable_file, env, log)
+
+
+def _start(
+    flags: list[str], fd: int, trainable_file: str, env: dict[str, str], log: IO[bytes]
+) -> subprocess.Popen[bytes]:
+    """``python -m tunefleet.backends.local._worker [FLAGS] FD TRAINABLE_FILE`` (a worker,
+    or with ``--zygote`` the zygote) in a session of its own (a Ctrl-C in the driver's
+    terminal is not its), holding `fd`, its output in `log`."""
     return subprocess.Popen(
-        [sys.executable, "-m", "tunefleet.backends.local._worker", str(fd), trainable_file],
+        [sys.executable, "-m", "tunefleet.backends.local._worker", *flags, str(fd), trainable_file],
         pass_fds=(fd,),
         start_new_session=True,
         env=env,
@@ -124,22 +132,7 @@ class Zygote:
         self._codes: dict[int, int] = {}  # exit codes reported, not yet asked for
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
-            self._proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "tunefleet.backends.local._worker",
-                    "--zygote",
-                    str(theirs.fileno()),
-                    trainable_file,
-                ],
-                pass_fds=(theirs.fileno(),),
-                start_new_session=True,  # a Ctrl-C in the driver's terminal is not its
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=log,
-            )
+            self._proc = _start(["--zygote"], theirs.fileno(), trainable_file, env, log)
         except OSError:
             ours.close()
         else:
