@@ -22,6 +22,19 @@ def pid_alive(pid: int) -> bool:
         return False
 
 
+def claim(path: str | Path) -> bool:
+    """Create `path`; True for the one caller that made it, False for every other.
+
+    A flag that fails "the first trial only" must be claimed this way: two trials that
+    run together can both find a plain ``exists()`` false and both fail.
+    """
+    try:
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return False
+    return True
+
+
 def overlap(intervals: list[tuple[float, float]]) -> int:
     """The most intervals open at one moment."""
     events = sorted([(s, 1) for s, _ in intervals] + [(e, -1) for _, e in intervals])

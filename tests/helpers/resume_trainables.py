@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import tunefleet as tune
+from tests.helpers.processes import claim
 
 ITERATIONS = 30
 
@@ -23,8 +23,7 @@ def counting(config: dict[str, Any]) -> None:
     flag = config.get("fail_flag")
     for i in range(start, config.get("iterations", ITERATIONS)):
         time.sleep(config.get("pause", 0.03))
-        if flag and i == config.get("fail_at") and not os.path.exists(flag):
-            Path(flag).touch()
+        if flag and i == config.get("fail_at") and claim(flag):
             raise RuntimeError(f"planned failure at iteration {i}")
         with tempfile.TemporaryDirectory() as d:
             Path(d, "i").write_text(str(i + 1))
@@ -43,8 +42,7 @@ def needs_secrets(config: dict[str, Any]) -> None:
     ):
         raise ValueError("the trial did not get its real secrets")
     tune.report(score=1.0)
-    if not os.path.exists(config["flag"]):
-        Path(config["flag"]).touch()
+    if claim(config["flag"]):
         raise RuntimeError("planned failure")
     tune.report(score=2.0)
 
