@@ -226,6 +226,24 @@ def test_result_fields(exp: Path) -> None:
     assert {"training_iteration", "loss", "acc"} <= set(frame.columns)
 
 
+def test_best_checkpoints_are_read_when_first_asked_for(exp: Path) -> None:
+    grid = ResultGrid(exp)
+    experiment = grid._experiment
+    assert experiment._checkpoints is None  # results nobody asks about cost no reading
+    sent = pickle.loads(pickle.dumps(grid[0]))  # a result pickled before the read
+    ((ckpt, metrics),) = sent.best_checkpoints
+    assert ckpt == sent.checkpoint and metrics["training_iteration"] == 2
+    assert grid[0].best_checkpoints == [(ckpt, metrics)] and grid[1].best_checkpoints
+    assert experiment._checkpoints is not None and "t0000" in experiment._checkpoints
+    fields = {"metrics": {}, "config": {}, "checkpoint": None, "error": None, "path": "/p"}
+    given = Result(**fields, best_checkpoints=[(ckpt, {})], status="TERMINATED", trial_id="x")
+    assert given.best_checkpoints == [(ckpt, {})]  # as given, nothing read
+    alone = Result(**fields, best_checkpoints=None, status="TERMINATED", trial_id="x")
+    assert alone.best_checkpoints == []  # no experiment to read them from
+    with pytest.raises(TypeError, match="best_checkpoints"):
+        Result(**fields, status="TERMINATED", trial_id="x")  # mypy sees a default here
+
+
 def test_errors_carry_the_failure(exp: Path) -> None:
     grid = ResultGrid(exp)
     (error,) = grid.errors

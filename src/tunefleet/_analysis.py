@@ -308,7 +308,7 @@ class ExperimentAnalysis:
         name = metric or self.default_metric or "training_iteration"
         return [
             (path, metric_value(metrics, name))
-            for _, path, metrics in self._experiment.checkpoints.get(found.trial_id, [])
+            for _, path, metrics in self._experiment.checkpoints_of(found.trial_id)
         ]
 
     def get_best_checkpoint(
@@ -335,7 +335,7 @@ class ExperimentAnalysis:
             )
         sign = 1.0 if order == "min" else -1.0
         best: tuple[float, str] | None = None
-        for _, path, metrics in self._experiment.checkpoints.get(found.trial_id, []):
+        for _, path, metrics in self._experiment.checkpoints_of(found.trial_id):
             value = metric_value(metrics, name)
             if value is None or math.isnan(value):
                 continue

@@ -128,6 +128,32 @@ def _error_class(exception_type: str | None) -> type[TrialError]:
         return TrialError
 
 
+_Saved = list[tuple[Checkpoint, dict[str, Any]]]
+
+
+class _ReadWhenAsked:
+    """`Result.best_checkpoints`: the list given, or, when None was given, the trial's
+    checkpoints read from its experiment the first time they are asked for (then kept).
+    A field of the dataclass whose default is this descriptor: it has no default."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._slot = f"_{name}"
+
+    def __get__(self, result: Result | None, owner: type | None = None) -> _Saved:
+        if result is None:
+            raise AttributeError(self._slot)  # the dataclass: no default value
+        saved: _Saved | None = result.__dict__[self._slot]
+        if saved is None:
+            experiment = result._experiment
+            rows = experiment.checkpoints_of(result.trial_id) if experiment is not None else []
+            saved = [(Checkpoint(path), metrics) for _, path, metrics in rows]
+            result.__dict__[self._slot] = saved
+        return saved
+
+    def __set__(self, result: Result, value: _Saved | None) -> None:
+        result.__dict__[self._slot] = value
+
+
 @dataclass
 class Result:
     """The outcome of one trial, as Ray Tune's `Result`.
@@ -140,7 +166,8 @@ class Result:
         error: a `TrialError` if the trial ended in ERROR, else None.
         path: the trial's directory.
         best_checkpoints: ``(Checkpoint, metrics)`` of its checkpoints still on disk,
-            oldest first.
+            oldest first (read from the experiment when first asked for; None given to
+            the constructor means that).
         status: ``"TERMINATED"``, ``"ERROR"``, ``"RUNNING"``...
         trial_id: the trial's id.
     """
@@ -150,9 +177,10 @@ class Result:
     checkpoint: Checkpoint | None
     error: TrialError | None
     path: str
-    best_checkpoints: list[tuple[Checkpoint, dict[str, Any]]]
-    status: str
-    trial_id: str
+    best_checkpoints: _ReadWhenAsked = _ReadWhenAsked()  # required: it has no default
+    # mypy takes a descriptor for a default; the dataclass asks it and finds none
+    status: str  # type: ignore[misc]
+    trial_id: str  # type: ignore[misc]
     _experiment: _Snapshot | None = field(default=None, repr=False, compare=False)
 
     def __repr__(self) -> str:
@@ -266,10 +294,7 @@ def _result(experiment: _Snapshot, trial: Trial) -> Result:
         checkpoint=trial.checkpoint,
         error=error,
         path=trial.path,
-        best_checkpoints=[
-            (Checkpoint(path), saved)
-            for _, path, saved in experiment.checkpoints.get(trial.trial_id, [])
-        ],
+        best_checkpoints=None,  # read from `experiment` when asked for
         status=trial.status.value,
         trial_id=trial.trial_id,
         _experiment=experiment,

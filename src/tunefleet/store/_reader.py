@@ -340,14 +340,24 @@ class StoreReader:
         out: dict[str, list[tuple[int, str, dict[str, Any]]]] = (
             {t: [] for t in self.trial_ids()} if every_trial else {}
         )
+        for trial_id, rows in self.all_checkpoint_rows(include_deleted).items():
+            out[trial_id] = [(it, path, decode(metrics)) for it, path, metrics in rows]
+        return out
+
+    def all_checkpoint_rows(
+        self, include_deleted: bool = False
+    ) -> dict[str, list[tuple[int, str, str]]]:
+        """`all_checkpoints` of the trials that have one, their metrics left as the stored
+        JSON text (`decode` reads it), so that holding every trial's costs a string each."""
+        out: dict[str, list[tuple[int, str, str]]] = {}
         where = "" if include_deleted else " WHERE deleted = 0"
-        rows = self._rows(
+        rows = self._each_row(
             "SELECT trial_id, iteration, path, metrics FROM checkpoints"
             + where
             + " ORDER BY trial_id, iteration, rowid"
         )
         for trial_id, it, path, metrics in rows:
-            out.setdefault(trial_id, []).append((int(it), self._move(path), decode(metrics)))
+            out.setdefault(trial_id, []).append((int(it), self._move(path), metrics))
         return out
 
     # -- events -------------------------------------------------------------------------------
