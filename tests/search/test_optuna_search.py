@@ -384,6 +384,30 @@ def test_a_resumed_search_suggests_what_the_uninterrupted_one_does() -> None:
     assert len(theirs["finished"]) == 28  # the restored log goes on growing at its end
 
 
+def test_restored_trials_are_the_saved_ones_each_added_once_without_a_copy() -> None:
+    from optuna.trial import FrozenTrial
+
+    factory = lambda: OptunaSearch(sampler="tpe", seed=7)  # noqa: E731
+    searcher = make(factory, SMALL_SPACE)
+    drive(searcher, 6)
+    searcher.suggest("live")
+    copy = make(factory, SMALL_SPACE)
+    copy.set_state(through_store(searcher.get_state()))
+    assert isinstance(copy, OptunaSearch) and copy._study and searcher._study
+    theirs = copy._study.get_trials(deepcopy=False)
+    assert {type(t) for t in theirs} == {FrozenTrial}  # the storage holds plain trials
+    mine = searcher._study.get_trials(deepcopy=False)
+    strip = lambda t: {**vars(t), "_datetime_start": None, "datetime_complete": None}  # noqa: E731
+    assert [strip(t) for t in theirs] == [strip(t) for t in mine]
+    finished = [t for t in theirs if t.state.is_finished()]
+    assert len(finished) == 6
+    shared = {id(t.distributions["dropout"]) for t in finished}
+    assert len(shared) == 1  # not deep-copied: one distribution object for every trial
+    again = copy._study.get_trials()  # Optuna's own deep copies still work
+    assert [strip(t) for t in again] == [strip(t) for t in theirs]
+    assert all(a is not b for a, b in zip(again, theirs, strict=True))
+
+
 def test_the_head_stays_the_same_as_trials_come_and_go() -> None:
     searcher = make(lambda: OptunaSearch(sampler="tpe", seed=3), SMALL_SPACE)
     drive(searcher, 4)

@@ -9,6 +9,7 @@ never holds a pickle, and the pickle is rebuilt on restore.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import pickle
@@ -298,7 +299,34 @@ class StudyState:
                 state["finished"], state.get("trials", []), state.get("opened")
             )
         for data in trials:  # in order: the same trial numbers and ids
-            study.add_trial(trial_from_data(data, table))
+            _add_uncopied(study, trial_from_data(data, table))
+
+
+def _add_uncopied(study: Study, trial: FrozenTrial) -> None:
+    """Add `trial`, made here and held by nobody else, to `study`; a finished one marked
+    so that a storage that copies what it is given (Optuna's in-memory one deep-copies
+    each trial: 2.6 of a profiled 6 s to resume 30,000 trials) takes it as it is. Only
+    a finished trial: a storage changes none of those; its distributions stay shared
+    with the other trials' (one object per distribution, not one per trial)."""
+    plain = type(trial)
+    if trial.state.is_finished():
+        trial.__class__ = _uncopied_class()
+    try:
+        study.add_trial(trial)
+    finally:
+        trial.__class__ = plain  # whatever the storage did with it
+
+
+@functools.cache
+def _uncopied_class() -> type[FrozenTrial]:
+    from optuna.trial import FrozenTrial
+
+    class Uncopied(FrozenTrial):
+        def __deepcopy__(self, memo: dict[int, Any]) -> FrozenTrial:
+            self.__class__ = FrozenTrial  # type: ignore[assignment]  # the copy: itself, plain
+            return self
+
+    return Uncopied
 
 
 def _changes(data: dict[str, Any], logged: dict[str, Any] | None) -> dict[str, Any]:
