@@ -397,7 +397,10 @@ def test_restored_trials_are_the_saved_ones_each_added_once_without_a_copy() -> 
     theirs = copy._study.get_trials(deepcopy=False)
     assert {type(t) for t in theirs} == {FrozenTrial}  # the storage holds plain trials
     mine = searcher._study.get_trials(deepcopy=False)
-    strip = lambda t: {**vars(t), "_datetime_start": None, "datetime_complete": None}  # noqa: E731
+
+    def strip(trial: FrozenTrial) -> dict[str, Any]:  # all but the times
+        return {**vars(trial), "_datetime_start": None, "datetime_complete": None}
+
     assert [strip(t) for t in theirs] == [strip(t) for t in mine]
     finished = [t for t in theirs if t.state.is_finished()]
     assert len(finished) == 6
