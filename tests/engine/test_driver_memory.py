@@ -108,3 +108,23 @@ def test_results_read_back_hold_under_two_kilobytes_a_trial(tmp_path: Path) -> N
     # keys were shared, the copies dropped and the rows streamed: 3,400 and 3,700
     assert per_trial < 2_700, per_trial
     assert peak_per_trial < 3_000, peak_per_trial
+
+
+def test_checkpoint_metrics_are_decoded_only_for_results_asked(tmp_path: Path) -> None:
+    sim = SimulatedTrainable(_loss, cost=1.0, max_budget=3, workers=4, overhead_scale=0)
+    grid = tune.Tuner(
+        sim,
+        param_space={"x": tune.uniform(0, 1)},
+        tune_config=tune.TuneConfig(metric="loss", mode="min", num_samples=12),
+        run_config=tune.RunConfig(
+            storage_path=str(tmp_path),
+            name="exp",
+            verbose=0,
+            checkpoint_config=tune.CheckpointConfig(num_to_keep=2, checkpoint_frequency=1),
+        ),
+    ).fit()
+    assert grid._experiment._checkpoints is None  # fit() read no checkpoint's metrics
+    best = grid.get_best_result()
+    assert [m["training_iteration"] for _, m in best.best_checkpoints] == [2, 3]
+    assert best.best_checkpoints[-1][0] == best.checkpoint
+    assert best.get_best_checkpoint("loss", "min") == best.checkpoint
