@@ -389,6 +389,8 @@ def shown(value: Any, depth: int = 0) -> Any:
     if depth > 64 or not isinstance(value, dict | list | tuple):
         return value
     if isinstance(value, dict):
+        if redact(value) is value:  # nothing in it hidden (one walk): keep it whole
+            return value
         out: dict[Any, Any] | None = None
         for key, item in value.items():
             if item is None or isinstance(item, bool | int | float | Secret):
