@@ -138,19 +138,32 @@ class StoreReader:
         each trial as it is read, before the next one is). `instead`: a trial id -> a
         record to take as it is, undecoded (the run's own, `ExperimentAnalysis._of_run`),
         or None to read the stored one."""
-        rows = self._each_row("SELECT trial_id, data FROM trials ORDER BY idx, rowid")
-        return [self._trial(tid, data, each, instead) for tid, data in rows]
+        if instead is None:
+            rows = self._each_row("SELECT trial_id, data FROM trials ORDER BY idx, rowid")
+            return [self._trial(tid, data, each) for tid, data in rows]
+        # the ids first: the rows of the trials taken instead are not even read
+        order = self.trial_ids()
+        found: dict[str, Trial] = {}
+        missing = []
+        for tid in order:
+            taken = instead(tid)
+            if taken is None:
+                missing.append(tid)
+            else:
+                found[tid] = taken
+        found.update((tid, self._trial(tid, data, each)) for tid, data in self._rows_of(missing))
+        return [found[tid] for tid in order if tid in found]
 
-    def _trial(
-        self,
-        trial_id: str,
-        data: str,
-        each: Callable[[Trial], Trial] | None,
-        instead: Callable[[str], Trial | None] | None,
-    ) -> Trial:
-        taken = instead(trial_id) if instead is not None else None
-        if taken is not None:
-            return taken
+    def _rows_of(self, trial_ids: list[str]) -> Iterator[tuple[str, str]]:
+        """``(trial id, data)`` of these trials, a chunk of ids per query."""
+        for at in range(0, len(trial_ids), _CHUNK):
+            chunk = trial_ids[at : at + _CHUNK]
+            marks = ", ".join("?" * len(chunk))
+            yield from self._rows(
+                f"SELECT trial_id, data FROM trials WHERE trial_id IN ({marks})", chunk
+            )
+
+    def _trial(self, trial_id: str, data: str, each: Callable[[Trial], Trial] | None) -> Trial:
         trial = self._relocate(trial_from_row(self.db_path, trial_id, data))
         return each(trial) if each is not None else trial
 
@@ -169,14 +182,8 @@ class StoreReader:
             (tid, (t, n)) for tid, t, n in stamps if tid not in known or known[tid][0] != (t, n)
         ]
         now = dict(changed)
-        for at in range(0, len(changed), _CHUNK):
-            chunk = [tid for tid, _ in changed[at : at + _CHUNK]]
-            marks = ", ".join("?" * len(chunk))
-            rows = self._rows(
-                f"SELECT trial_id, data FROM trials WHERE trial_id IN ({marks})", chunk
-            )
-            for tid, data in rows:
-                known[tid] = (now[tid], self._relocate(trial_from_row(self.db_path, tid, data)))
+        for tid, data in self._rows_of([tid for tid, _ in changed]):
+            known[tid] = (now[tid], self._relocate(trial_from_row(self.db_path, tid, data)))
         for gone in set(known) - set(order):
             del known[gone]
         return [known[tid][1] for tid in order if tid in known]
