@@ -28,7 +28,7 @@ from tunefleet.store import (
     list_experiments,
     resolve_experiment,
 )
-from tunefleet.store._schema import decode, encode
+from tunefleet.store._schema import decode, decode_many, encode
 from tunefleet.store._writer import StoreWriteError
 from tunefleet.trial import FailureKind, FailureRecord, Trial, TrialStatus
 
@@ -187,6 +187,35 @@ def test_encoding_round_trips_every_json_value(value: Any) -> None:
     # holds "***" even when empty); everything else comes back exactly.
     # NaN != NaN: compare through a canonical text form instead.
     assert json.dumps(back, sort_keys=True) == json.dumps(redact(value), sort_keys=True)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.none() | st.floats() | st.text() | st.lists(st.integers()), max_size=6))
+def test_many_texts_decode_at_once_as_each_alone(values: list[Any]) -> None:
+    texts = [encode(v) for v in values]
+    together = decode_many(texts)
+    assert json.dumps(together) == json.dumps([decode(t) for t in texts])
+
+
+@pytest.mark.parametrize("bad", ["1,2", "", "[1", '"a', "{}x"])
+def test_texts_that_are_not_one_value_each_are_not_decoded_at_once(bad: str) -> None:
+    assert decode_many(["1", bad, "2]" if bad == "[1" else "3"]) is None
+
+
+def test_a_damaged_trial_among_many_is_named(exp: Path) -> None:
+    with ExperimentStore(exp) as store:
+        for i in range(700):  # more than one chunk of rows read at once
+            store.add_trial(make_trial(exp, i, x=i))
+    with sqlite3.connect(exp / "experiment.db") as db:
+        db.execute("UPDATE trials SET data = '{\"trial_id\": ' WHERE idx = 600")
+    with StoreReader(exp) as reader, pytest.raises(ValueError, match=r"trial 't0600'.*unreadable"):
+        reader.trials()
+    with sqlite3.connect(exp / "experiment.db") as db:
+        db.execute("DELETE FROM trials WHERE idx = 600")
+    with StoreReader(exp) as reader:
+        trials = reader.trials()
+    assert [t.config["x"] for t in trials] == [i for i in range(700) if i != 600]
+    assert trials[0].last_result == {} and trials[699 - 1].trial_id == "t0699"
 
 
 def test_encoding_hides_secret_keys_even_when_empty() -> None:

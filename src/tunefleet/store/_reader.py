@@ -14,6 +14,7 @@ it (trial directories, checkpoints) are mapped into its new location.
 from __future__ import annotations
 
 import difflib
+import itertools
 import os
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator
@@ -35,7 +36,7 @@ from tunefleet.store._json_sql import as_sql, extract_sql, from_json_text, numbe
 from tunefleet.store._log_rows import read_log
 from tunefleet.store._schema import DB_FILENAME, TRIALS_DIRNAME, db_path, decode
 from tunefleet.store._schema import default_storage_path as _default_storage
-from tunefleet.store._writer import trial_from_row
+from tunefleet.store._writer import trial_from_row, trials_from_rows
 from tunefleet.trial import Trial
 
 _TRIALS_SEGMENT = os.sep + TRIALS_DIRNAME + os.sep
@@ -135,12 +136,12 @@ class StoreReader:
         instead: Callable[[str], Trial | None] | None = None,
     ) -> list[Trial]:
         """Every trial, in index order, in its latest flushed state (`each`: applied to
-        each trial as it is read, before the next one is). `instead`: a trial id -> a
+        each trial as it is read, before the next 512 are). `instead`: a trial id -> a
         record to take as it is, undecoded (the run's own, `ExperimentAnalysis._of_run`),
         or None to read the stored one."""
         if instead is None:
             rows = self._each_row("SELECT trial_id, data FROM trials ORDER BY idx, rowid")
-            return [self._trial(tid, data, each) for tid, data in rows]
+            return self._read_trials(rows, each)
         # the ids first: the rows of the trials taken instead are not even read
         order = self.trial_ids()
         found: dict[str, Trial] = {}
@@ -151,7 +152,7 @@ class StoreReader:
                 missing.append(tid)
             else:
                 found[tid] = taken
-        found.update((tid, self._trial(tid, data, each)) for tid, data in self._rows_of(missing))
+        found.update((t.trial_id, t) for t in self._read_trials(self._rows_of(missing), each))
         return [found[tid] for tid in order if tid in found]
 
     def _rows_of(self, trial_ids: list[str]) -> Iterator[tuple[str, str]]:
@@ -163,9 +164,17 @@ class StoreReader:
                 f"SELECT trial_id, data FROM trials WHERE trial_id IN ({marks})", chunk
             )
 
-    def _trial(self, trial_id: str, data: str, each: Callable[[Trial], Trial] | None) -> Trial:
-        trial = self._relocate(trial_from_row(self.db_path, trial_id, data))
-        return each(trial) if each is not None else trial
+    def _read_trials(
+        self, rows: Iterator[tuple[str, str]], each: Callable[[Trial], Trial] | None
+    ) -> list[Trial]:
+        """The trials of ``(trial_id, data)`` rows, a chunk parsed at once, `each` applied
+        to each before the next chunk is read."""
+        trials: list[Trial] = []
+        while chunk := list(itertools.islice(rows, 512)):
+            for trial in trials_from_rows(self.db_path, chunk):
+                trial = self._relocate(trial)
+                trials.append(each(trial) if each is not None else trial)
+        return trials
 
     def trials_reusing(self, known: dict[str, tuple[Any, Trial]]) -> list[Trial]:
         """`trials`, decoding only the trials whose row changed since `known` was filled.

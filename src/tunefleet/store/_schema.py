@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -162,3 +162,17 @@ def decode(text: str | bytes | None) -> Any:
     if text is None:
         return None
     return json.loads(text)
+
+
+def decode_many(texts: Sequence[str | bytes | None]) -> list[Any] | None:
+    """`decode` of each of `texts`, in one parse of them all (as the items of one JSON
+    array): a call per item, most of the cost of reading many small ones (a state log's
+    300,000 rows), is paid once, and equal keys decode to one string. None when they
+    are not exactly one JSON value each: decode them one by one, for the error of the
+    one that is not."""
+    parts = ["null" if t is None else t.decode() if isinstance(t, bytes) else t for t in texts]
+    try:
+        values = json.loads(f"[{','.join(parts)}]")
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return values if isinstance(values, list) and len(values) == len(parts) else None

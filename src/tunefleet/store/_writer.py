@@ -26,6 +26,7 @@ from tunefleet.store._schema import (
     SCHEMA_VERSION,
     TRIALS_DIRNAME,
     decode,
+    decode_many,
     encode,
 )
 from tunefleet.trial import Trial
@@ -294,7 +295,10 @@ class ExperimentStore:
         """Every trial recorded so far, by index (what the controller resumes from)."""
         self.flush()
         rows = self._db.execute("SELECT trial_id, data FROM trials ORDER BY idx, rowid")
-        return [trial_from_row(self.db_path, trial_id, data) for trial_id, data in rows]
+        trials: list[Trial] = []
+        while chunk := rows.fetchmany(512):
+            trials.extend(trials_from_rows(self.db_path, chunk))
+        return trials
 
     def load_meta(self) -> dict[str, Any]:
         """All meta keys with their values."""
@@ -333,18 +337,39 @@ class ExperimentStore:
 
 
 def trial_from_row(db: Path, trial_id: str, data: str) -> Trial:
-    """A `Trial` from its stored JSON, with a clear error when it cannot be read.
-
-    The keys of its config, resources and last result are interned: every trial repeats
-    the same metric names, and JSON decoding makes a new string for each (about 60 bytes
-    apiece, most of a finished trial's memory at 100,000 trials).
-    """
+    """A `Trial` from its stored JSON, with a clear error when it cannot be read."""
     try:
         record = decode(data)
+    except ValueError as exc:
+        raise _unreadable(db, trial_id, exc) from exc
+    return trial_from_record(db, trial_id, record, intern_keys=True)
+
+
+def trials_from_rows(db: Path, rows: list[tuple[str, str]]) -> list[Trial]:
+    """`trial_from_row` of each ``(trial_id, data)``, their JSON parsed at once
+    (`decode_many`), which also makes each key one string for all of them."""
+    records = decode_many([data for _, data in rows])
+    if records is None:  # one of them is not JSON: its own error
+        return [trial_from_row(db, trial_id, data) for trial_id, data in rows]
+    return [
+        trial_from_record(db, tid, rec, intern_keys=False)
+        for (tid, _), rec in zip(rows, records, strict=True)
+    ]
+
+
+def trial_from_record(db: Path, trial_id: str, record: Any, *, intern_keys: bool) -> Trial:
+    """A `Trial` from its decoded record, with a clear error when it is not one.
+
+    `intern_keys`: intern the keys of its config, resources and last result (a record
+    decoded alone): every trial repeats the same metric names, and decoding makes a new
+    string for each (about 60 bytes apiece, most of a finished trial's memory at
+    100,000 trials). Records decoded together (`decode_many`) share them already.
+    """
+    try:
         if isinstance(record, dict):
-            for key in ("config", "resources", "last_result"):
+            for key in ("config", "resources", "last_result") if intern_keys else ():
                 record[key] = shared_keys(record.get(key))
-            last = record["last_result"]
+            last = record.get("last_result")
             if isinstance(last, dict) and last.get("trial_id") == record.get("trial_id"):
                 last["trial_id"] = record["trial_id"]  # one string, not two equal ones
             name = record.get("trainable_name")
@@ -352,9 +377,11 @@ def trial_from_row(db: Path, trial_id: str, data: str) -> Trial:
                 record["trainable_name"] = sys.intern(name)
         return Trial.from_json(record)
     except (TypeError, ValueError, KeyError) as exc:
-        raise ValueError(
-            f"trial {trial_id!r} in {db}: its stored record is unreadable: {exc}"
-        ) from exc
+        raise _unreadable(db, trial_id, exc) from exc
+
+
+def _unreadable(db: Path, trial_id: str, exc: Exception) -> ValueError:
+    return ValueError(f"trial {trial_id!r} in {db}: its stored record is unreadable: {exc}")
 
 
 def shared_keys(value: Any, depth: int = 0) -> Any:
