@@ -36,8 +36,6 @@ from typing import TYPE_CHECKING, Any
 from tunefleet._analysis import (
     ExperimentAnalysis,
     best_checkpoint_of,
-    exploits_by_trial,
-    history_rows,
     last_result_with_config,
     no_best,
 )
@@ -50,7 +48,13 @@ from tunefleet._metrics import (
 )
 from tunefleet.progress.snapshot import MODES as MODES
 from tunefleet.progress.snapshot import SCOPES as SCOPES
-from tunefleet.progress.snapshot import _dataframe, _metric_and_mode, _Snapshot
+from tunefleet.progress.snapshot import (
+    _dataframe,
+    _metric_and_mode,
+    _Snapshot,
+    exploits_by_trial,
+    history_rows,
+)
 from tunefleet.result import AUTO_RESULT_KEYS, RESOURCES
 from tunefleet.storage.checkpoint import Checkpoint
 from tunefleet.trial import FailureKind, FailureRecord, Trial, TrialStatus

@@ -235,3 +235,62 @@ def _dataframe(
             f"pandas is needed for {name}; install it with: pip install 'tunefleet[pandas]'"
         ) from exc
     return pandas.DataFrame(rows, columns=columns)
+
+
+# -- a trial's results as table rows, with the config each was reported under -----------------
+def exploits_by_trial(experiment: _Snapshot) -> dict[str, list[dict[str, Any]]]:
+    """Trial id -> its PBT exploits (the "exploit" events' data), oldest first."""
+    with StoreReader(experiment.path) as reader:
+        events = reader.events(kinds="exploit")
+    found: dict[str, list[dict[str, Any]]] = {}
+    for event in events:
+        found.setdefault(event["trial_id"], []).append(event["data"])
+    return found
+
+
+def history_rows(
+    trial: Trial, history: list[dict[str, Any]], exploits: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """Each result flattened with "/", the config it was reported under as ``config/...``.
+
+    A trial PBT exploited changed its config after the result at the exploit's
+    ``at_iteration``; its results before that carry the old config, as in Ray Tune.
+    """
+    configs = _configs_over_time(trial, history, exploits)
+    return [
+        {
+            **flatten({k: v for k, v in result.items() if k != "config"}),
+            **flatten(config, prefix="config/"),
+        }
+        for result, config in zip(history, configs, strict=True)
+    ]
+
+
+def _configs_over_time(
+    trial: Trial, history: list[dict[str, Any]], exploits: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """The config each result was reported under.
+
+    Between two exploits the iterations rise; the run before an exploit ends with the
+    result at its ``at_iteration`` (the trial's iteration when it was exploited).
+    """
+    pending = list(exploits)
+    config: dict[str, Any] = pending[0]["old_config"] if pending else trial.config
+    out: list[dict[str, Any]] = []
+    previous: float | None = None
+    for result in history:
+        iteration = _iteration(result)
+        if pending and previous is not None and iteration is not None and iteration <= previous:
+            config = pending.pop(0)["new_config"]  # the run restarted without reaching the mark
+        out.append(config)
+        previous = iteration
+        mark = _iteration(pending[0], "at_iteration") if pending else None
+        if mark is not None and iteration is not None and iteration >= mark:
+            config = pending.pop(0)["new_config"]
+            previous = None
+    return out
+
+
+def _iteration(data: dict[str, Any], key: str = "training_iteration") -> float | None:
+    value = data.get(key)
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None

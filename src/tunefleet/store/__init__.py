@@ -12,7 +12,8 @@ opens the database read-only and never blocks the writer.
 
 from __future__ import annotations
 
-from tunefleet.store._reader import StoreReader, list_experiments, resolve_experiment
+from tunefleet.store._find import list_experiments, resolve_experiment
+from tunefleet.store._reader import StoreReader
 from tunefleet.store._schema import DB_FILENAME, SCHEMA_VERSION, default_storage_path
 from tunefleet.store._writer import ExperimentStore
 
