@@ -202,6 +202,11 @@ def test_texts_that_are_not_one_value_each_are_not_decoded_at_once(bad: str) -> 
     assert decode_many(["1", bad, "2]" if bad == "[1" else "3"]) is None
 
 
+def test_bytes_texts_decode_at_once_unless_not_utf8() -> None:
+    assert decode_many([b'{"a": 1}', "2", None]) == [{"a": 1}, 2, None]
+    assert decode_many([b"\xff", "2"]) is None  # then one by one: its own error
+
+
 def test_a_damaged_trial_among_many_is_named(exp: Path) -> None:
     with ExperimentStore(exp) as store:
         for i in range(700):  # more than one chunk of rows read at once

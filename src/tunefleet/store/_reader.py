@@ -35,7 +35,7 @@ from tunefleet.store._integrity import (
 from tunefleet.store._json_sql import as_sql, extract_sql, from_json_text, number_sql
 from tunefleet.store._log_rows import read_log
 from tunefleet.store._schema import TRIALS_DIRNAME, db_path, decode
-from tunefleet.store._writer import trial_from_row, trials_from_rows
+from tunefleet.store._writer import TRIAL_ROWS_AT_ONCE, trial_from_row, trials_from_rows
 from tunefleet.trial import Trial
 
 _TRIALS_SEGMENT = os.sep + TRIALS_DIRNAME + os.sep
@@ -135,7 +135,7 @@ class StoreReader:
         instead: Callable[[str], Trial | None] | None = None,
     ) -> list[Trial]:
         """Every trial, in index order, in its latest flushed state (`each`: applied to
-        each trial as it is read, before the next 512 are). `instead`: a trial id -> a
+        each trial as it is read, before the next chunk of rows is). `instead`: a trial id -> a
         record to take as it is, undecoded (the run's own, `ExperimentAnalysis._of_run`),
         or None to read the stored one."""
         if instead is None:
@@ -169,7 +169,7 @@ class StoreReader:
         """The trials of ``(trial_id, data)`` rows, a chunk parsed at once, `each` applied
         to each before the next chunk is read."""
         trials: list[Trial] = []
-        while chunk := list(itertools.islice(rows, 512)):
+        while chunk := list(itertools.islice(rows, TRIAL_ROWS_AT_ONCE)):
             for trial in trials_from_rows(self.db_path, chunk):
                 trial = self._relocate(trial)
                 trials.append(each(trial) if each is not None else trial)

@@ -170,9 +170,9 @@ def decode_many(texts: Sequence[str | bytes | None]) -> list[Any] | None:
     300,000 rows), is paid once, and equal keys decode to one string. None when they
     are not exactly one JSON value each: decode them one by one, for the error of the
     one that is not."""
-    parts = ["null" if t is None else t.decode() if isinstance(t, bytes) else t for t in texts]
-    try:
+    try:  # a bytes text that is not UTF-8 is a ValueError (UnicodeDecodeError) too
+        parts = ["null" if t is None else t.decode() if isinstance(t, bytes) else t for t in texts]
         values = json.loads(f"[{','.join(parts)}]")
-    except (ValueError, UnicodeDecodeError):
+    except ValueError:
         return None
     return values if isinstance(values, list) and len(values) == len(parts) else None

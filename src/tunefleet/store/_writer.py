@@ -296,7 +296,7 @@ class ExperimentStore:
         self.flush()
         rows = self._db.execute("SELECT trial_id, data FROM trials ORDER BY idx, rowid")
         trials: list[Trial] = []
-        while chunk := rows.fetchmany(512):
+        while chunk := rows.fetchmany(TRIAL_ROWS_AT_ONCE):
             trials.extend(trials_from_rows(self.db_path, chunk))
         return trials
 
@@ -336,6 +336,9 @@ class ExperimentStore:
         return f"ExperimentStore({str(self.path)!r})"
 
 
+TRIAL_ROWS_AT_ONCE = 512  # trial rows parsed together (`trials_from_rows`)
+
+
 def trial_from_row(db: Path, trial_id: str, data: str) -> Trial:
     """A `Trial` from its stored JSON, with a clear error when it cannot be read."""
     try:
@@ -367,8 +370,9 @@ def trial_from_record(db: Path, trial_id: str, record: Any, *, intern_keys: bool
     """
     try:
         if isinstance(record, dict):
-            for key in ("config", "resources", "last_result") if intern_keys else ():
-                record[key] = shared_keys(record.get(key))
+            if intern_keys:
+                for key in ("config", "resources", "last_result"):
+                    record[key] = shared_keys(record.get(key))
             last = record.get("last_result")
             if isinstance(last, dict) and last.get("trial_id") == record.get("trial_id"):
                 last["trial_id"] = record["trial_id"]  # one string, not two equal ones
