@@ -24,6 +24,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "tunefleet._state_log",  # StateLog: the append-only parts of a saved state
             "tunefleet._milestones",  # which results wait for the scheduler's decision
             "tunefleet._linger",  # the one thread that sends sessions' batched results
+            "tunefleet._collector",  # no cycle collection while an experiment is read back
             "tunefleet.result",
             "tunefleet._metrics",
             "tunefleet._redact",

@@ -13,6 +13,7 @@ import math
 import os
 from typing import TYPE_CHECKING, Any
 
+from tunefleet import _collector
 from tunefleet._metrics import MISSING, flatten, lookup, metric_value
 from tunefleet._redact import Secret, is_secret_key, redact
 from tunefleet.progress.snapshot import (
@@ -62,6 +63,7 @@ class ExperimentAnalysis:
         >>> analysis.get_best_config(metric="loss", mode="min")  # doctest: +SKIP
     """
 
+    @_collector.paused()  # every trial of the experiment read back
     def __init__(
         self,
         experiment_checkpoint_path: str | os.PathLike[str],

@@ -33,6 +33,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from tunefleet import _collector
 from tunefleet._analysis import (
     ExperimentAnalysis,
     best_checkpoint_of,
@@ -321,6 +322,7 @@ class ResultGrid:
         >>> best.config, best.checkpoint  # doctest: +SKIP
     """
 
+    @_collector.paused()  # a result per trial
     def __init__(
         self,
         experiment_analysis: ExperimentAnalysis | str | os.PathLike[str],

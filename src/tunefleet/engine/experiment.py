@@ -12,6 +12,7 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from tunefleet import _collector
 from tunefleet._version import __version__
 from tunefleet.backends import Backend
 from tunefleet.backends._gpu_auto import smallest_share
@@ -256,6 +257,7 @@ def _record_resume(store: ExperimentStore, resume: ResumeState, tune_config: Tun
         store.add_event(trial.trial_id, "resume", {"action": what, "status": trial.status.value})
 
 
+@_collector.paused()  # a searcher may rebuild its whole history (Optuna's study)
 def _restore_states(
     resume: ResumeState, searcher: Searcher, scheduler: TrialScheduler, stopper: Stopper | None
 ) -> None:

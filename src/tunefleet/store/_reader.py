@@ -22,6 +22,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from tunefleet import _collector
 from tunefleet._metrics import lookup
 from tunefleet._state_log import join
 from tunefleet.store._integrity import (
@@ -101,6 +102,7 @@ class StoreReader:
         """All meta keys (name, metric, mode, status, ...) with their values."""
         return {key: decode(value) for key, value in self._rows("SELECT key, value FROM meta")}
 
+    @_collector.paused()
     def state(self, key: str) -> dict[str, Any] | None:
         """The saved state under `key` (``searcher``, ``scheduler``...), or None."""
         rows = self._rows("SELECT value FROM state WHERE key = ?", (key,))
@@ -129,6 +131,7 @@ class StoreReader:
         return float(rows[0][0]) if rows and rows[0][0] is not None else None
 
     # -- trials ---------------------------------------------------------------------------
+    @_collector.paused()
     def trials(
         self,
         each: Callable[[Trial], Trial] | None = None,
@@ -175,6 +178,7 @@ class StoreReader:
                 trials.append(each(trial) if each is not None else trial)
         return trials
 
+    @_collector.paused()
     def trials_reusing(self, known: dict[str, tuple[Any, Trial]]) -> list[Trial]:
         """`trials`, decoding only the trials whose row changed since `known` was filled.
 
