@@ -244,6 +244,20 @@ def test_best_checkpoints_are_read_when_first_asked_for(exp: Path) -> None:
         Result(**fields, status="TERMINATED", trial_id="x")  # mypy sees a default here
 
 
+def test_best_checkpoints_of_a_deleted_experiment_are_none_with_a_warning(
+    exp: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    grid = ResultGrid(exp)
+    result = grid[0]
+    shutil.rmtree(exp)  # after the results were read, before their checkpoints were
+    with caplog.at_level("WARNING", logger="tunefleet"):
+        assert result.best_checkpoints == []  # none still on disk, as the field says
+        assert grid[1].best_checkpoints == []
+    (warning,) = [r.getMessage() for r in caplog.records if "is gone" in r.getMessage()]
+    assert str(exp.resolve()) in warning and "best_checkpoints is []" in warning
+    assert result.metrics["loss"] == 1.0 and result.checkpoint is not None  # kept as read
+
+
 def test_errors_carry_the_failure(exp: Path) -> None:
     grid = ResultGrid(exp)
     (error,) = grid.errors

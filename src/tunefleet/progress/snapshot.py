@@ -10,6 +10,7 @@ built.
 from __future__ import annotations
 
 import difflib
+import logging
 import math
 import os
 from typing import TYPE_CHECKING, Any
@@ -23,6 +24,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     import pandas as pd
+
+logger = logging.getLogger("tunefleet")
 
 SCOPES = ("last", "avg", "last-5-avg", "last-10-avg", "all")
 MODES = ("min", "max")
@@ -53,8 +56,16 @@ class _Snapshot:
         nobody asks for checkpoints cost nothing (1.4 KB a trial decoded, HyperBand's
         two checkpoints a trial, at 100,000 trials)."""
         if self._checkpoints is None:
-            with StoreReader(self.path) as reader:
-                self._checkpoints = reader.all_checkpoint_rows()
+            try:
+                with StoreReader(self.path) as reader:
+                    self._checkpoints = reader.all_checkpoint_rows()
+            except FileNotFoundError:  # the experiment was deleted: its checkpoints too
+                logger.warning(
+                    "the experiment %s is gone (deleted or moved since it was read): its "
+                    "trials' checkpoints are no longer on disk, best_checkpoints is []",
+                    self.path,
+                )
+                self._checkpoints = {}
         rows = self._checkpoints.get(trial_id, [])
         return [(it, path, decode(metrics)) for it, path, metrics in rows]
 
