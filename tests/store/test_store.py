@@ -28,7 +28,7 @@ from tunefleet.store import (
     list_experiments,
     resolve_experiment,
 )
-from tunefleet.store._schema import decode, decode_many, encode
+from tunefleet.store._schema import DECODED_AT_ONCE, decode, decode_each, decode_many, encode
 from tunefleet.store._writer import StoreWriteError
 from tunefleet.trial import FailureKind, FailureRecord, Trial, TrialStatus
 
@@ -205,6 +205,33 @@ def test_texts_that_are_not_one_value_each_are_not_decoded_at_once(bad: str) -> 
 def test_bytes_texts_decode_at_once_unless_not_utf8() -> None:
     assert decode_many([b'{"a": 1}', "2", None]) == [{"a": 1}, 2, None]
     assert decode_many([b"\xff", "2"]) is None  # then one by one: its own error
+
+
+def test_decode_each_reads_chunks_at_once_and_names_a_bad_text_by_its_own_error() -> None:
+    texts = [encode({"i": i}) for i in range(DECODED_AT_ONCE + 5)]  # two chunks
+    assert decode_each(texts) == [{"i": i} for i in range(DECODED_AT_ONCE + 5)]
+    assert decode_each([]) == []
+    texts[DECODED_AT_ONCE + 2] = '{"i": '  # damaged, in the second chunk
+    with pytest.raises(json.JSONDecodeError, match="Expecting value"):
+        decode_each(texts)
+
+
+def test_kept_checkpoints_and_all_results_read_every_row(exp: Path) -> None:
+    with ExperimentStore(exp) as store:
+        for i in range(3):
+            store.add_trial(make_trial(exp, i, x=i))
+            for it in (1, 2):
+                store.add_result(f"t{i:04d}", {"training_iteration": it, "loss": i + it})
+                store.add_checkpoint(f"t{i:04d}", it, f"/c/{i}/{it}", {"loss": i + it})
+        kept = store.kept_checkpoints()
+    assert kept == [
+        (f"t{i:04d}", f"/c/{i}/{it}", {"loss": i + it}) for i in range(3) for it in (1, 2)
+    ]
+    with StoreReader(exp) as reader:
+        results = reader.all_results()
+    assert {tid: [r["loss"] for r in rs] for tid, rs in results.items()} == {
+        f"t{i:04d}": [i + 1, i + 2] for i in range(3)
+    }
 
 
 def test_a_damaged_trial_among_many_is_named(exp: Path) -> None:

@@ -11,7 +11,7 @@ import sqlite3
 from collections.abc import Callable
 from typing import Any
 
-from tunefleet.store._schema import decode, decode_many, encode
+from tunefleet.store._schema import decode_each, encode
 
 _INSERT = "INSERT OR REPLACE INTO state_log (key, path, seq, value) VALUES (?, ?, ?, ?)"
 _RESET = "DELETE FROM state_log WHERE key = ? AND path = ?"
@@ -80,13 +80,4 @@ class LogRows:
 def read_log(rows: Callable[[str, tuple[Any, ...]], list[Any]], key: str, path: str) -> list[Any]:
     """A log's items, in order, read with `rows(sql, params)`."""
     sql = "SELECT value FROM state_log WHERE key = ? AND path = ? ORDER BY seq"
-    texts = [value for (value,) in rows(sql, (key, path))]
-    items: list[Any] = []
-    for at in range(0, len(texts), _BATCH):
-        chunk = texts[at : at + _BATCH]
-        values = decode_many(chunk)
-        items.extend([decode(text) for text in chunk] if values is None else values)
-    return items
-
-
-_BATCH = 4096  # items parsed at once (`decode_many`)
+    return decode_each([value for (value,) in rows(sql, (key, path))])

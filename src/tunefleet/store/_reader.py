@@ -35,7 +35,7 @@ from tunefleet.store._integrity import (
 )
 from tunefleet.store._json_sql import as_sql, extract_sql, from_json_text, number_sql
 from tunefleet.store._log_rows import read_log
-from tunefleet.store._schema import TRIALS_DIRNAME, db_path, decode
+from tunefleet.store._schema import TRIALS_DIRNAME, db_path, decode, decode_each
 from tunefleet.store._writer import TRIAL_ROWS_AT_ONCE, trial_from_row, trials_from_rows
 from tunefleet.trial import Trial
 
@@ -242,14 +242,15 @@ class StoreReader:
         rows = self._rows("SELECT data FROM results WHERE trial_id = ? ORDER BY rowid", (trial_id,))
         if not rows:
             self._require(trial_id)
-        return [decode(r[0]) for r in rows]
+        return decode_each([r[0] for r in rows])
 
     def all_results(self) -> dict[str, list[dict[str, Any]]]:
         """Results of every trial (trial id -> results in the order reported), in trial order."""
         out: dict[str, list[dict[str, Any]]] = {tid: [] for tid in self.trial_ids()}
         rows = self._rows("SELECT trial_id, data FROM results ORDER BY trial_id, rowid")
-        for trial_id, data in rows:
-            out.setdefault(trial_id, []).append(decode(data))
+        results = decode_each([data for _, data in rows])
+        for (trial_id, _), result in zip(rows, results, strict=True):
+            out.setdefault(trial_id, []).append(result)
         return out
 
     def result_ranges(

@@ -176,3 +176,18 @@ def decode_many(texts: Sequence[str | bytes | None]) -> list[Any] | None:
     except ValueError:
         return None
     return values if isinstance(values, list) and len(values) == len(parts) else None
+
+
+DECODED_AT_ONCE = 4096  # texts parsed together by `decode_each`
+
+
+def decode_each(texts: Sequence[str | bytes | None]) -> list[Any]:
+    """`decode` of each of `texts`, `DECODED_AT_ONCE` parsed together (`decode_many`); a
+    chunk with a text that is not one JSON value is decoded one by one, so the error
+    raised is that text's own."""
+    values: list[Any] = []
+    for at in range(0, len(texts), DECODED_AT_ONCE):
+        chunk = texts[at : at + DECODED_AT_ONCE]
+        parsed = decode_many(chunk)
+        values.extend([decode(text) for text in chunk] if parsed is None else parsed)
+    return values

@@ -17,6 +17,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from tunefleet import _collector
 from tunefleet._redact import redact_text
 from tunefleet._state_log import join, split
 from tunefleet.store._log_rows import LogRows
@@ -26,6 +27,7 @@ from tunefleet.store._schema import (
     SCHEMA_VERSION,
     TRIALS_DIRNAME,
     decode,
+    decode_each,
     decode_many,
     encode,
 )
@@ -323,14 +325,18 @@ class ExperimentStore:
         )
         return [(path, int(it or 0), _as_dict(decode(m)) or {}) for path, it, m in rows]
 
+    @_collector.paused()  # every kept checkpoint's metrics (a resume)
     def kept_checkpoints(self) -> list[tuple[str, str, dict[str, Any]]]:
         """Every kept checkpoint, oldest first: (trial_id, path, result) (resume)."""
         self.flush()
         rows = self._db.execute(
             "SELECT trial_id, path, metrics FROM checkpoints WHERE deleted = 0 "
             "ORDER BY trial_id, iteration, rowid"
-        )
-        return [(tid, path, _as_dict(decode(m)) or {}) for tid, path, m in rows]
+        ).fetchall()
+        metrics = decode_each([m for _, _, m in rows])
+        return [
+            (tid, path, _as_dict(m) or {}) for (tid, path, _), m in zip(rows, metrics, strict=True)
+        ]
 
     def __repr__(self) -> str:
         return f"ExperimentStore({str(self.path)!r})"
