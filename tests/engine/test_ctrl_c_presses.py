@@ -140,6 +140,8 @@ def test_a_run_without_presses_ends_normally_with_the_handlers_restored(
             import signal, sys
             import tunefleet as tune
 
+            # Python's own handler, even where SIGINT came ignored (a background job)
+            signal.signal(signal.SIGINT, signal.default_int_handler)
             before = signal.getsignal(signal.SIGINT)
             tune.Tuner(
                 lambda config: {"loss": 1.0},
