@@ -135,7 +135,7 @@ def check_invariants(
                     trial.error,
                 )
             else:
-                assert trial.status is tune.TrialStatus.TERMINATED, (x, trial.status)
+                assert trial.status is tune.TrialStatus.TERMINATED, (x, trial.status, trial.error)
                 assert len(iterations) == n, (x, iterations)
     assert_no_process_survives(ctx, roles)
 
